@@ -1,0 +1,176 @@
+"""The archiver: one Kafka consumer group that copies the log into Delta, exactly once.
+
+Reads ``pageviews`` and ``pageviews.rejected``. Valid events go to raw.pageviews; dead
+letters, and any message on ``pageviews`` that is not a decodable v1 event (a poison
+message), go to raw.rejected, so no partition is ever blocked and nothing is dropped.
+
+Offsets live in the Delta commits (see :mod:`archiver.tables`). Kafka's committed group
+offsets are written too, after Delta, only so that consumer lag can be monitored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import signal
+import time
+from types import FrameType
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from archiver.tables import RAW_REJECTED_SCHEMA, ArchiveTable, TableBatch, raw_pageviews_schema
+from tally.deadletter import DeadLetter, dead_letter
+from tally.log import kv
+from tally.schema import PageViewEvent
+from tally.settings import Settings
+
+log = logging.getLogger("tally.archiver")
+
+GROUP_ID = "tally-archiver"
+
+
+def _utc_date(ms: int) -> dt.date:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).date()
+
+
+def event_row(event: PageViewEvent, partition: int, offset: int) -> dict[str, object]:
+    """One raw.pageviews row: the event's fields plus its partition date and Kafka position."""
+    row: dict[str, object] = dict(event.__dict__)
+    row["props"] = list(event.props.items())
+    row["event_date"] = _utc_date(event.event_time)
+    row["kafka_partition"] = partition
+    row["kafka_offset"] = offset
+    return row
+
+
+def rejected_row(letter: DeadLetter, topic: str, partition: int, offset: int) -> dict[str, object]:
+    """One raw.rejected row."""
+    return {
+        "kind": letter.kind, "message": letter.message, "status": letter.status,
+        "received_at": letter.received_at, "errors": json.dumps(letter.errors),
+        "payload": letter.payload, "payload_b64": letter.payload_b64,
+        "payload_size": letter.payload_size, "truncated": letter.truncated,
+        "component": f"{letter.component.get('name')}/{letter.component.get('version')}",
+        "source_topic": topic, "rejected_date": _utc_date(letter.received_at),
+        "kafka_partition": partition, "kafka_offset": offset,
+    }  # fmt: skip
+
+
+class Archiver:
+    """Consume, route each message to its table, commit to Delta, then to Kafka."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        k = settings.kafka
+        self.events_topic, self.rejected_topic = k.pageviews_topic, k.rejected_topic
+        self.raw = ArchiveTable(settings.table_uri("raw.pageviews"), raw_pageviews_schema(), "event_date")
+        self.rejected = ArchiveTable(settings.table_uri("raw.rejected"), RAW_REJECTED_SCHEMA, "rejected_date")
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": k.servers,
+                "group.id": GROUP_ID,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "client.id": "tally-archiver",
+            }
+        )
+        self._stopping = False
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Resume each partition where its table's last commit says, not where Kafka does."""
+        for tp in partitions:
+            table = self.raw if tp.topic == self.events_topic else self.rejected
+            stored = table.next_offset(tp.topic, tp.partition)
+            tp.offset = stored if stored is not None else 0  # 0 = earliest retained if compacted away
+            log.info("partition assigned", extra=kv(topic=tp.topic, partition=tp.partition, offset=tp.offset))
+        consumer.assign(partitions)
+
+    def route(self, messages: list[Message]) -> tuple[TableBatch, TableBatch]:
+        """Split messages into raw rows and rejected rows, skipping those a table already has."""
+        raw, rejected = TableBatch(), TableBatch()
+        seen: set[str] = set()
+        floors: dict[tuple[str, int, str], int] = {}
+
+        def floor(table: ArchiveTable, topic: str, partition: int) -> int:
+            key = (topic, partition, table.uri)
+            if key not in floors:
+                floors[key] = table.next_offset(topic, partition) or 0
+            return floors[key]
+
+        for msg in messages:
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            value = msg.value() or b""
+            if topic == self.rejected_topic:
+                if offset >= floor(self.rejected, topic, partition):
+                    letter = _decode_dead_letter(value)
+                    rejected.add(rejected_row(letter, topic, partition, offset), topic, partition, offset)
+                continue
+            try:
+                event = PageViewEvent.from_json(value)
+            except (ValueError, TypeError) as e:
+                if offset >= floor(self.rejected, topic, partition):
+                    letter = dead_letter(component="tally-archiver", kind="undecodable_event", status=0,
+                                         message=f"not a v1 PageViewEvent: {e}", received_at=_now_ms(),
+                                         payload=value)  # fmt: skip
+                    rejected.add(rejected_row(letter, topic, partition, offset), topic, partition, offset)
+                continue
+            if offset < floor(self.raw, topic, partition) or event.event_id in seen:
+                continue  # already archived (replay after a crash) or a duplicate in this batch
+            seen.add(event.event_id)
+            raw.add(event_row(event, partition, offset), topic, partition, offset)
+        return raw, rejected
+
+    def archive(self, messages: list[Message]) -> int:
+        """Write one batch: raw.rejected first, then raw.pageviews (see README: exactly once)."""
+        raw, rejected = self.route(messages)
+        self.rejected.append(rejected)
+        self.raw.append(raw)
+        offsets = {}
+        for msg in messages:
+            offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
+        self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=True)
+        if raw.rows or rejected.rows:
+            log.info("archived", extra=kv(events=len(raw.rows), rejected=len(rejected.rows), messages=len(messages)))
+        return len(raw.rows)
+
+    def stop(self, _signum: int = 0, _frame: FrameType | None = None) -> None:
+        self._stopping = True
+
+    def run(self) -> None:
+        """Consume until SIGTERM/SIGINT; each batch closes on size or time."""
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        a = self.settings.archiver
+        self.consumer.subscribe([self.events_topic, self.rejected_topic], on_assign=self._on_assign)
+        log.info("archiver started", extra=kv(kafka=self.settings.kafka.servers, warehouse=self.settings.warehouse_uri))
+        try:
+            while not self._stopping:
+                batch: list[Message] = []
+                deadline = time.monotonic() + a.max_wait_seconds
+                while len(batch) < a.max_batch and time.monotonic() < deadline and not self._stopping:
+                    wanted = min(a.max_batch - len(batch), 5000)
+                    for msg in self.consumer.consume(num_messages=wanted, timeout=0.2):
+                        error = msg.error()
+                        if error is None:
+                            batch.append(msg)
+                        elif error.code() != KafkaError._PARTITION_EOF:
+                            log.warning("kafka error", extra=kv(error=str(error)))
+                if batch:
+                    self.archive(batch)
+        finally:
+            self.consumer.close()
+            log.info("archiver stopped")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _decode_dead_letter(value: bytes) -> DeadLetter:
+    try:
+        return DeadLetter.from_json(value)
+    except (ValueError, TypeError) as e:
+        return dead_letter(component="tally-archiver", kind="undecodable_event", status=0,
+                           message=f"dead letter not decodable: {e}", received_at=_now_ms(), payload=value)  # fmt: skip

@@ -1,0 +1,1 @@
+"""Dashboard: the Streamlit app site owners browse; it reads only the small agg.* Delta tables."""

@@ -1,0 +1,1 @@
+"""Ingest: the ASGI endpoint that validates, enriches and appends beacons to Kafka."""

@@ -1,0 +1,33 @@
+"""Run the ingest endpoint under uvicorn with the configured workers: ``python -m ingest``."""
+
+from __future__ import annotations
+
+import argparse
+
+import uvicorn
+
+from tally.log import setup_logging
+from tally.settings import load_settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ingest", description="Run the Tally ingest endpoint.")
+    parser.add_argument("--port", type=int, help="override ingest.port")
+    parser.add_argument("--workers", type=int, help="override ingest.workers")
+    args = parser.parse_args(argv)
+    setup_logging()
+    settings = load_settings()
+    uvicorn.run(
+        "ingest.app:create_app",
+        factory=True,
+        host=settings.ingest.host,
+        port=args.port or settings.ingest.port,
+        workers=args.workers or settings.ingest.workers,
+        log_level="warning",
+        access_log=False,
+        proxy_headers=False,  # ingest.app decides which X-Forwarded-For to trust
+    )
+
+
+if __name__ == "__main__":
+    main()

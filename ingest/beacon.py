@@ -1,0 +1,164 @@
+"""The tracker's wire format (see PAYLOAD.md beside this file) and its validation.
+
+Pure: no I/O. Turns request bytes into validated beacons, or into a :class:`Rejection`
+whose reason names the field and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tally.schema import EVENT_TYPES, SCHEMA_VERSION
+
+MAX_TEXT = 2000
+MAX_PROPS = 20
+MAX_PROP_KEY = 64
+MAX_PROP_VALUE = 256
+FORMULA_PREFIXES = ("=", "+", "-", "@")
+
+# Short wire keys -> readable names, for error messages.
+WIRE_NAMES: dict[str, str] = {
+    "v": "schema version",
+    "id": "event_id",
+    "k": "type",
+    "n": "name",
+    "s": "site_id",
+    "u": "url",
+    "r": "referrer",
+    "ti": "title",
+    "te": "ts_event",
+    "ts": "ts_sent",
+    "w": "screen_w",
+    "l": "language",
+    "z": "tz",
+    "p": "props",
+    "e": "engagement_ms",
+    "ld": "load_ms",
+}
+
+
+def neutralise_formula(text: str) -> str:
+    """Prefix text that a spreadsheet would run as a formula (``=cmd()``) with a quote."""
+    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+
+
+class Beacon(BaseModel):
+    """One event as the tracker sends it (schema version 1)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    v: int = Field(default=SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
+    id: str = Field(pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+    k: str = "pageview"
+    n: str | None = Field(default=None, min_length=1, max_length=MAX_PROP_VALUE)
+    s: str = Field(min_length=1, max_length=253)
+    u: str = Field(min_length=1, max_length=MAX_TEXT)
+    r: str | None = Field(default=None, max_length=MAX_TEXT)
+    ti: str | None = Field(default=None, max_length=MAX_TEXT)
+    te: int = Field(ge=0, le=10**14)
+    ts: int = Field(ge=0, le=10**14)
+    w: int | None = Field(default=None, ge=0, le=100_000)
+    l: str | None = Field(default=None, max_length=35)  # noqa: E741 - wire key
+    z: str | None = Field(default=None, max_length=64)
+    p: dict[str, str | int | float | bool] = Field(default_factory=dict, max_length=MAX_PROPS)
+    e: int | None = Field(default=None, ge=0, le=86_400_000)
+    ld: int | None = Field(default=None, ge=0, le=3_600_000)
+
+    @field_validator("k")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in EVENT_TYPES:
+            raise ValueError(f"must be one of {', '.join(EVENT_TYPES)}")
+        return value
+
+    @field_validator("n")
+    @classmethod
+    def _safe_name(cls, value: str | None) -> str | None:
+        return None if value is None else neutralise_formula(value)
+
+    @field_validator("p")
+    @classmethod
+    def _bounded_props(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, item in value.items():
+            if not 0 < len(key) <= MAX_PROP_KEY:
+                raise ValueError(f"property names must be 1-{MAX_PROP_KEY} characters")
+            if len(str(item)) > MAX_PROP_VALUE:
+                raise ValueError(f"property {key!r}: values must be at most {MAX_PROP_VALUE} characters")
+        return value
+
+    def props_as_text(self) -> dict[str, str]:
+        """Properties as the string map the event stores, formula prefixes neutralised."""
+        return {neutralise_formula(k): neutralise_formula(str(v)) for k, v in self.p.items()}
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a request was refused: HTTP status, failure kind (closed set) and field errors."""
+
+    status: int
+    kind: str
+    message: str
+    errors: tuple[dict[str, str], ...] = ()
+
+    def body(self) -> dict[str, Any]:
+        """JSON body for the client."""
+        out: dict[str, Any] = {"error": self.kind, "message": self.message}
+        if self.errors:
+            out["errors"] = list(self.errors)
+        return out
+
+
+def _field_errors(error: ValidationError, index: int | None) -> tuple[dict[str, str], ...]:
+    found = []
+    for item in error.errors(include_url=False):
+        loc = [str(p) for p in item["loc"]]
+        wire = loc[0] if loc else ""
+        label = f"{wire} ({WIRE_NAMES[wire]})" if wire in WIRE_NAMES else ".".join(loc)
+        where = f"[{index}]." if index is not None else ""
+        found.append({"field": where + label, "error": item["msg"]})
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class ParsedBody:
+    """A decoded request: the valid beacons, and each invalid item with its field errors.
+
+    A batch is not all-or-nothing: valid events in it are kept, so one bad item never
+    costs the others.
+    """
+
+    beacons: list[Beacon]
+    invalid: list[tuple[Any, Rejection]]
+    is_batch: bool
+
+
+def parse_beacons(body: bytes, *, max_batch: int) -> ParsedBody | Rejection:
+    """Decode a request body holding one beacon object or a bounded array of them."""
+    try:
+        decoded = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return Rejection(400, "malformed_json", f"the body is not valid JSON: {e}")
+    is_batch = isinstance(decoded, list)
+    items = decoded if is_batch else [decoded]
+    if not items:
+        return Rejection(400, "empty_batch", "the batch array is empty")
+    if len(items) > max_batch:
+        return Rejection(413, "batch_too_large", f"at most {max_batch} events per request, got {len(items)}")
+    parsed = ParsedBody([], [], is_batch)
+    for i, item in enumerate(items):
+        index = i if is_batch else None
+        if not isinstance(item, dict):
+            where = f"[{i}]" if is_batch else "body"
+            error = {"field": where, "error": "expected a JSON object"}
+            parsed.invalid.append((item, Rejection(422, "invalid_event", "not an event object", (error,))))
+            continue
+        try:
+            parsed.beacons.append(Beacon.model_validate(item))
+        except ValidationError as e:
+            errors = _field_errors(e, index)
+            parsed.invalid.append((item, Rejection(422, "invalid_event", "one or more fields are invalid", errors)))
+    return parsed

@@ -1,0 +1,188 @@
+"""Enrichment rules: beacon + request facts -> PageViewEvent. Pure: no network, no Kafka.
+
+Each rule is a small function so it can be unit-tested on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from functools import lru_cache
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from ua_parser import parse as parse_user_agent
+
+from ingest.beacon import Beacon, neutralise_formula
+from tally.schema import PageViewEvent
+
+SEARCH_ENGINES = {"google": "Google", "bing": "Bing", "duckduckgo": "DuckDuckGo", "yahoo": "Yahoo",
+                  "yandex": "Yandex", "baidu": "Baidu", "ecosia": "Ecosia", "qwant": "Qwant"}  # fmt: skip
+SOCIAL_NETWORKS = {"facebook": "Facebook", "t.co": "Twitter", "twitter": "Twitter", "x.com": "Twitter",
+                   "linkedin": "LinkedIn", "reddit": "Reddit", "instagram": "Instagram",
+                   "youtube": "YouTube", "news.ycombinator": "Hacker News", "mastodon": "Mastodon"}  # fmt: skip
+CLICK_ID_PARAMS = ("gclid", "fbclid", "msclkid", "ttclid", "twclid", "li_fat_id")
+BOT_MARKERS = ("bot", "crawl", "spider", "slurp", "headless", "lighthouse", "phantomjs", "python-requests",
+               "curl/", "wget/", "httpclient", "scrapy")  # fmt: skip
+
+
+class EnrichError(ValueError):
+    """The beacon is well-formed but its content cannot be accepted (e.g. a non-http URL)."""
+
+
+@dataclass(frozen=True)
+class RequestFacts:
+    """What ingest knows about the HTTP request, beyond the beacon. The IP never leaves ingest."""
+
+    client_ip: str
+    user_agent: str
+    ts_received: int
+
+
+@dataclass(frozen=True)
+class PageUrl:
+    url: str
+    hostname: str
+    path: str
+    query: dict[str, str]
+
+
+def normalise_url(url: str, *, hash_routing: bool = False) -> PageUrl:
+    """Keep http(s) URLs only; drop the fragment unless the site routes by hash."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EnrichError(f"url must be an absolute http(s) URL, got scheme {parts.scheme!r}")
+    fragment = parts.fragment if hash_routing else ""
+    path = (parts.path or "/") + (f"#{fragment}" if fragment else "")
+    query = {k: v[0] for k, v in parse_qs(parts.query).items() if v}
+    clean = urlunsplit((parts.scheme, parts.netloc.lower(), parts.path or "/", parts.query, fragment))
+    return PageUrl(clean, parts.hostname.lower(), neutralise_formula(path), query)
+
+
+def skew_corrected_time(ts_event: int, ts_sent: int, ts_received: int) -> int:
+    """Device clocks are wrong; their offset is not: event_time = ts_event + (received - sent)."""
+    return ts_event + (ts_received - ts_sent)
+
+
+def visitor_id(salt: bytes, site_id: str, client_ip: str, user_agent: str) -> str:
+    """Keyed hash of (salt, site, IP, user agent): stable within one salt period, unlinkable across."""
+    message = "\x1f".join((site_id, client_ip, user_agent)).encode()
+    return hmac.new(salt, message, hashlib.sha256).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Agent:
+    browser: str
+    os: str
+    device: str
+    is_bot: bool
+
+
+@lru_cache(maxsize=8192)
+def parse_agent(user_agent: str) -> Agent:
+    """Browser, OS, device class and bot flag from a user agent (cached: few distinct UAs)."""
+    lowered = user_agent.lower()
+    is_bot = not user_agent or any(marker in lowered for marker in BOT_MARKERS)
+    parsed = parse_user_agent(user_agent[:1000])
+    browser = parsed.user_agent.family if parsed.user_agent else "Other"
+    os_family = parsed.os.family if parsed.os else "Other"
+    device_family = parsed.device.family if parsed.device else "Other"
+    if device_family == "Spider":
+        is_bot = True
+    if "ipad" in lowered or "tablet" in lowered:
+        device = "tablet"
+    elif "mobi" in lowered or "iphone" in lowered or "android" in lowered:
+        device = "mobile"
+    else:
+        device = "desktop"
+    return Agent(browser, os_family, device, is_bot)
+
+
+@dataclass(frozen=True)
+class Acquisition:
+    source: str | None
+    medium: str | None
+    channel: str
+    campaign: str | None
+
+
+def classify_referrer(referrer: str | None, page_host: str, query: dict[str, str]) -> Acquisition:
+    """Referrer and utm_* -> source / medium / channel, in the spirit of GA4's default channels."""
+    utm_source, utm_medium = query.get("utm_source"), query.get("utm_medium")
+    campaign = query.get("utm_campaign")
+    has_click_id = any(p in query for p in CLICK_ID_PARAMS)
+    ref_host = (urlsplit(referrer).hostname or "").lower() if referrer else ""
+    if ref_host.startswith("www."):
+        ref_host = ref_host[4:]
+    if ref_host == page_host.removeprefix("www."):
+        ref_host = ""  # internal navigation is not a source
+    known = _known_name(ref_host, SEARCH_ENGINES) or _known_name(ref_host, SOCIAL_NETWORKS)
+    source = utm_source or known or ref_host or None
+    medium = utm_medium.lower() if utm_medium else None
+    if medium in ("cpc", "ppc", "paid", "paidsearch") or has_click_id:
+        channel = "Paid"
+    elif medium == "email":
+        channel = "Email"
+    elif _known_name(ref_host, SEARCH_ENGINES):
+        channel, medium = "Organic Search", medium or "organic"
+    elif _known_name(ref_host, SOCIAL_NETWORKS) or medium == "social":
+        channel, medium = "Social", medium or "social"
+    elif source:
+        channel, medium = "Referral", medium or "referral"
+    else:
+        channel = "Direct"
+    return Acquisition(source and neutralise_formula(source), medium, channel, campaign)
+
+
+def _known_name(host: str, table: dict[str, str]) -> str | None:
+    """``www.google.co.uk`` -> "Google": a table entry matching a label, or a dotted prefix."""
+    if not host:
+        return None
+    labels = host.split(".")
+    for marker, name in table.items():
+        if marker in labels or host == marker or host.startswith(marker + "."):
+            return name
+    return None
+
+
+def enrich(beacon: Beacon, facts: RequestFacts, *, salt: bytes, hash_routing: bool = False) -> PageViewEvent:
+    """Build the stored event from a validated beacon and the request it came with."""
+    page = normalise_url(beacon.u, hash_routing=hash_routing)
+    agent = parse_agent(facts.user_agent)
+    acquisition = classify_referrer(beacon.r, page.hostname, page.query)
+    return PageViewEvent(
+        event_id=beacon.id.lower(),
+        type=beacon.k,
+        name=beacon.n,
+        site_id=beacon.s,
+        url=page.url,
+        hostname=page.hostname,
+        path=page.path,
+        referrer=beacon.r,
+        title=beacon.ti,
+        ts_event=beacon.te,
+        ts_sent=beacon.ts,
+        ts_received=facts.ts_received,
+        event_time=skew_corrected_time(beacon.te, beacon.ts, facts.ts_received),
+        screen_w=beacon.w,
+        language=beacon.l,
+        tz=beacon.z,
+        props=beacon.props_as_text(),
+        engagement_ms=beacon.e,
+        load_ms=beacon.ld,
+        visitor_id=visitor_id(salt, beacon.s, facts.client_ip, facts.user_agent),
+        browser=agent.browser,
+        os=agent.os,
+        device=agent.device,
+        is_bot=agent.is_bot,
+        source=acquisition.source,
+        medium=acquisition.medium,
+        channel=acquisition.channel,
+        campaign=acquisition.campaign,
+        utm_source=page.query.get("utm_source"),
+        utm_medium=page.query.get("utm_medium"),
+        utm_campaign=page.query.get("utm_campaign"),
+        utm_term=page.query.get("utm_term"),
+        utm_content=page.query.get("utm_content"),
+        click_id=next((page.query[p] for p in CLICK_ID_PARAMS if p in page.query), None),
+    )

@@ -1,0 +1,77 @@
+"""The Kafka adapter of ingest: append to the event log and answer only once it is safe.
+
+Idempotent producer with ``acks=all``: a request is acknowledged to the browser only after
+Kafka acknowledged every event in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+
+class AppendFailed(RuntimeError):
+    """Kafka did not acknowledge the write (broker down past the delivery timeout)."""
+
+
+class EventLog:
+    """Async appends to Kafka topics, with a background thread serving delivery reports."""
+
+    def __init__(self, *, bootstrap_servers: str, delivery_timeout_ms: int = 10000) -> None:
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                "compression.type": "lz4",
+                "linger.ms": 5,
+                "message.timeout.ms": delivery_timeout_ms,
+                "client.id": "tally-ingest",
+            }
+        )
+        self._running = True
+        self._poller = threading.Thread(target=self._poll, name="kafka-delivery", daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while self._running:
+            self._producer.poll(0.1)
+
+    async def append(self, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
+        """Append ``(key, value)`` records; return when Kafka acknowledged all, else raise."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[None]] = []
+        for key, value in records:
+            future: asyncio.Future[None] = loop.create_future()
+            futures.append(future)
+
+            def delivered(err: KafkaError | None, _msg: Message, f: asyncio.Future[None] = future) -> None:
+                loop.call_soon_threadsafe(_settle, f, err)
+
+            while True:
+                try:
+                    self._producer.produce(topic, value=value, key=key, on_delivery=delivered)
+                    break
+                except BufferError:
+                    # Local queue full: wait for deliveries (backpressure, never drop).
+                    await asyncio.sleep(0.01)
+        await asyncio.gather(*futures)
+
+    def close(self, timeout: float = 10.0) -> int:
+        """Flush outstanding records; return how many could not be delivered."""
+        remaining: int = self._producer.flush(timeout)
+        self._running = False
+        self._poller.join(timeout=1)
+        return remaining
+
+
+def _settle(future: asyncio.Future[Any], err: KafkaError | None) -> None:
+    if future.done():
+        return
+    if err is None:
+        future.set_result(None)
+    else:
+        future.set_exception(AppendFailed(str(err)))

@@ -1,0 +1,1 @@
+"""Quality: data-quality suites and the reconciliation audit (Kafka = raw = aggregates)."""

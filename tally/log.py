@@ -1,0 +1,44 @@
+"""Structured logging: one line per meaningful event, ``time level logger event key=value …``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+
+class KeyValueFormatter(logging.Formatter):
+    """Formats ``log.info("event", extra={"fields": {...}})`` as one greppable line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = getattr(record, "fields", {})
+        parts = [
+            self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            record.levelname.lower(),
+            record.name,
+            record.getMessage(),
+        ]
+        parts += [f"{k}={json.dumps(v) if isinstance(v, str) and ' ' in v else v}" for k, v in fields.items()]
+        line = " ".join(str(p) for p in parts)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """Route every logger to stderr with the key=value format (idempotent)."""
+    root = logging.getLogger()
+    if any(isinstance(h.formatter, KeyValueFormatter) for h in root.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(KeyValueFormatter())
+    root.addHandler(handler)
+    root.setLevel(level)
+    for noisy in ("py4j", "urllib3", "httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def kv(**fields: Any) -> dict[str, dict[str, Any]]:
+    """``log.info("archived", extra=kv(rows=10))``: structured fields for one log line."""
+    return {"fields": fields}

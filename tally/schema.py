@@ -1,0 +1,144 @@
+"""PageViewEvent, schema version 1: the immutable fact every part of Tally shares.
+
+The field list below is the single definition. The Kafka message (JSON), the raw Delta
+table (Spark DDL and Arrow schema) and the ingest enrichment are all derived from it.
+Evolution is additive only: new optional fields, never renamed or retyped ones, and
+readers ignore fields they do not know.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+EventType = Literal["pageview", "event", "engagement"]
+EVENT_TYPES: tuple[str, ...] = ("pageview", "event", "engagement")
+
+# name -> (Spark SQL type, who sets it). The order is the column order of raw.pageviews.
+FIELDS: dict[str, tuple[str, str]] = {
+    "event_id": ("STRING", "tracker"),
+    "type": ("STRING", "tracker"),
+    "name": ("STRING", "tracker"),
+    "site_id": ("STRING", "tracker"),
+    "url": ("STRING", "tracker"),
+    "hostname": ("STRING", "ingest"),
+    "path": ("STRING", "ingest"),
+    "referrer": ("STRING", "tracker"),
+    "title": ("STRING", "tracker"),
+    "ts_event": ("BIGINT", "tracker"),
+    "ts_sent": ("BIGINT", "tracker"),
+    "ts_received": ("BIGINT", "ingest"),
+    "event_time": ("BIGINT", "ingest"),
+    "screen_w": ("INT", "tracker"),
+    "language": ("STRING", "tracker"),
+    "tz": ("STRING", "tracker"),
+    "props": ("MAP<STRING,STRING>", "tracker"),
+    "engagement_ms": ("BIGINT", "tracker"),
+    "load_ms": ("BIGINT", "tracker"),
+    "visitor_id": ("STRING", "ingest"),
+    "browser": ("STRING", "ingest"),
+    "os": ("STRING", "ingest"),
+    "device": ("STRING", "ingest"),
+    "is_bot": ("BOOLEAN", "ingest"),
+    "country": ("STRING", "ingest"),
+    "source": ("STRING", "ingest"),
+    "medium": ("STRING", "ingest"),
+    "channel": ("STRING", "ingest"),
+    "campaign": ("STRING", "ingest"),
+    "utm_source": ("STRING", "ingest"),
+    "utm_medium": ("STRING", "ingest"),
+    "utm_campaign": ("STRING", "ingest"),
+    "utm_term": ("STRING", "ingest"),
+    "utm_content": ("STRING", "ingest"),
+    "click_id": ("STRING", "ingest"),
+    "schema_version": ("INT", "ingest"),
+}
+
+# Columns the raw table adds to every event: its partition and where it came from in Kafka,
+# so that the archive can be reconciled against the log offset by offset.
+RAW_EXTRA_FIELDS: dict[str, str] = {
+    "event_date": "DATE",
+    "kafka_partition": "INT",
+    "kafka_offset": "BIGINT",
+}
+
+
+def spark_ddl(fields: dict[str, tuple[str, str]] = FIELDS) -> str:
+    """The event's Spark SQL DDL (``"event_id STRING, …"``), for ``from_json`` and table creation."""
+    return ", ".join(f"`{name}` {sql_type}" for name, (sql_type, _) in fields.items())
+
+
+@dataclass(frozen=True)
+class PageViewEvent:
+    """One accepted, enriched event. Times are epoch milliseconds; ``event_time`` is skew-corrected."""
+
+    event_id: str
+    type: str
+    site_id: str
+    url: str
+    hostname: str
+    path: str
+    ts_event: int
+    ts_sent: int
+    ts_received: int
+    event_time: int
+    visitor_id: str
+    name: str | None = None
+    referrer: str | None = None
+    title: str | None = None
+    screen_w: int | None = None
+    language: str | None = None
+    tz: str | None = None
+    props: dict[str, str] = field(default_factory=dict)
+    engagement_ms: int | None = None
+    load_ms: int | None = None
+    browser: str | None = None
+    os: str | None = None
+    device: str | None = None
+    is_bot: bool = False
+    country: str | None = None
+    source: str | None = None
+    medium: str | None = None
+    channel: str | None = None
+    campaign: str | None = None
+    utm_source: str | None = None
+    utm_medium: str | None = None
+    utm_campaign: str | None = None
+    utm_term: str | None = None
+    utm_content: str | None = None
+    click_id: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> bytes:
+        """The Kafka message value: compact UTF-8 JSON with every field."""
+        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> PageViewEvent:
+        """Decode a Kafka message value; unknown (newer, additive) fields are ignored."""
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+        known: dict[str, Any] = {k: v for k, v in data.items() if k in FIELDS}
+        for name, value in known.items():
+            expected = _PYTHON_TYPES[FIELDS[name][0]]
+            if value is not None and (not isinstance(value, expected) or isinstance(value, bool) is not (expected is bool)):
+                raise TypeError(f"field {name!r}: expected {FIELDS[name][0]}, got {type(value).__name__}")
+        return cls(**known)
+
+
+_PYTHON_TYPES: dict[str, type] = {
+    "STRING": str,
+    "BIGINT": int,
+    "INT": int,
+    "BOOLEAN": bool,
+    "MAP<STRING,STRING>": dict,
+}
+
+
+assert set(FIELDS) == {f for f in PageViewEvent.__dataclass_fields__}, (
+    "schema.FIELDS and PageViewEvent must list the same fields"
+)

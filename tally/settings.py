@@ -1,0 +1,225 @@
+"""Typed settings: conf/tally.yaml, merged with conf/<TALLY_ENV>.yaml, then environment overrides.
+
+Lookup order for every key (as in Starlette's ``Config``): the environment variable
+``TALLY_<SECTION>__<KEY>`` first, then the environment file, then ``conf/tally.yaml``,
+then the dataclass default. A bad value raises :class:`SettingsError` naming key and value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+ENV_PREFIX = "TALLY_"
+
+
+class SettingsError(ValueError):
+    """A configuration key holds a value Tally cannot use."""
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap_servers: str = ""
+    port: int = 9792
+    controller_port: int = 9793
+    heap: str = "1g"
+    pageviews_topic: str = "pageviews"
+    pageviews_partitions: int = 4
+    rejected_topic: str = "pageviews.rejected"
+    ratelimit_topic: str = "ratelimit.blocks"
+    retention_hours: int = 168
+
+    @property
+    def bundled(self) -> bool:
+        """True when Tally runs its own single-node broker (no external cluster configured)."""
+        return not self.bootstrap_servers
+
+    @property
+    def servers(self) -> str:
+        """The bootstrap servers every client uses."""
+        return self.bootstrap_servers or f"127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    master: str = "local[*]"
+    driver_memory: str = "1536m"
+    shuffle_partitions: int = 4
+    trigger_seconds: int = 5
+    watermark: str = "10 minutes"
+
+
+@dataclass(frozen=True)
+class WarehouseSettings:
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    host: str = "127.0.0.1"
+    port: int = 8791
+    workers: int = 2
+    max_body_bytes: int = 65536
+    max_batch: int = 50
+    trusted_proxies: tuple[str, ...] = ("127.0.0.1",)
+
+
+@dataclass(frozen=True)
+class ArchiverSettings:
+    max_batch: int = 20000
+    max_wait_seconds: float = 2.0
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    host: str = "127.0.0.1"
+    port: int = 8792
+
+
+@dataclass(frozen=True)
+class TrafficSettings:
+    rate: float = 20.0
+    visitors: int = 2000
+    site_id: str = "demo.tally.local"
+
+
+@dataclass(frozen=True)
+class SiteSettings:
+    site_id: str
+    domains: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: str = ".tally"
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    warehouse: WarehouseSettings = field(default_factory=WarehouseSettings)
+    ingest: IngestSettings = field(default_factory=IngestSettings)
+    archiver: ArchiverSettings = field(default_factory=ArchiverSettings)
+    dashboard: DashboardSettings = field(default_factory=DashboardSettings)
+    traffic: TrafficSettings = field(default_factory=TrafficSettings)
+    sites: tuple[SiteSettings, ...] = ()
+
+    @cached_property
+    def home_dir(self) -> Path:
+        """Local state directory (absolute); relative paths are taken from the project root."""
+        home = Path(self.home)
+        return home if home.is_absolute() else PROJECT_ROOT / home
+
+    @property
+    def warehouse_uri(self) -> str:
+        """Root of the Delta tables: a local folder by default, or an object-store URI."""
+        return self.warehouse.path or str(self.home_dir / "warehouse")
+
+    def table_uri(self, name: str) -> str:
+        """Location of a Delta table such as ``raw.pageviews`` or ``agg.pageviews_1m``."""
+        schema, _, table = name.partition(".")
+        assert table, f"table names are '<schema>.<table>', got {name!r}"
+        return f"{self.warehouse_uri.rstrip('/')}/{schema}/{table}"
+
+    def site(self, site_id: str) -> SiteSettings | None:
+        """The configured site with this id, or None for an unknown site."""
+        return next((s for s in self.sites if s.site_id == site_id), None)
+
+
+T = TypeVar("T")
+
+
+def _coerce(key: str, value: Any, annotation: Any) -> Any:
+    """Convert a YAML or environment value to the annotated type, or name the bad key."""
+    origin = typing.get_origin(annotation)
+    try:
+        if dataclasses.is_dataclass(annotation):
+            if not isinstance(value, Mapping):
+                raise SettingsError(f"{key}: expected a mapping, got {value!r}")
+            return _build(annotation, value, key)  # type: ignore[arg-type]
+        if origin is tuple:
+            (item_type, _ellipsis) = typing.get_args(annotation)
+            if isinstance(value, str):
+                value = yaml.safe_load(value)
+            if not isinstance(value, list | tuple):
+                raise SettingsError(f"{key}: expected a list, got {value!r}")
+            return tuple(_coerce(f"{key}[{i}]", v, item_type) for i, v in enumerate(value))
+        if origin in (typing.Union, types.UnionType):
+            return value
+        if annotation is bool and isinstance(value, str):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if annotation in (int, float, str, bool):
+            if annotation is str and not isinstance(value, str | int | float):
+                raise ValueError(value)
+            return annotation(value)
+    except SettingsError:
+        raise
+    except (TypeError, ValueError) as e:
+        name = getattr(annotation, "__name__", str(annotation))
+        raise SettingsError(f"{key}: expected {name}, got {value!r}") from e
+    raise AssertionError(f"settings type {annotation!r} of {key} is not supported")
+
+
+def _build(cls: type[T], values: Mapping[str, Any], prefix: str) -> T:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = set(values) - known
+    if unknown:
+        raise SettingsError(
+            f"{prefix or 'config'}: unknown key(s) {sorted(unknown)}; known keys: {sorted(known)}"
+        )
+    kwargs = {}
+    for name in known:
+        key = f"{prefix}.{name}" if prefix else name
+        env_name = ENV_PREFIX + key.replace(".", "__").upper()
+        if env_name in os.environ and not dataclasses.is_dataclass(hints[name]):
+            kwargs[name] = _coerce(env_name, os.environ[env_name], hints[name])
+        elif name in values:
+            kwargs[name] = _coerce(key, values[name], hints[name])
+        elif dataclasses.is_dataclass(hints[name]):
+            kwargs[name] = _coerce(key, {}, hints[name])
+    return cls(**kwargs)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise SettingsError(f"{path}: not valid YAML ({e}); fix the file") from e
+    if not isinstance(loaded, dict):
+        raise SettingsError(f"{path}: expected a mapping at the top level")
+    return loaded
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_settings(conf_dir: Path | None = None) -> Settings:
+    """Load settings from ``conf/`` (or ``$TALLY_CONF_DIR``), the environment file and env vars."""
+    conf = conf_dir or Path(os.environ.get("TALLY_CONF_DIR", PROJECT_ROOT / "conf"))
+    values = _read_yaml(conf / "tally.yaml") if (conf / "tally.yaml").exists() else {}
+    env = os.environ.get("TALLY_ENV", "")
+    if env:
+        env_file = conf / f"{env}.yaml"
+        if not env_file.exists():
+            raise SettingsError(f"TALLY_ENV={env!r} but {env_file} does not exist")
+        values = _merge(values, _read_yaml(env_file))
+    return _build(Settings, values, "")

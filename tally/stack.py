@@ -1,0 +1,113 @@
+"""The whole stack on one machine: broker, ingest, archiver, streaming views, dashboard, traffic.
+
+Each part is its own OS process, restartable on its own; all state lives in Kafka, Delta and
+Spark checkpoints under ``<home>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tally import broker
+from tally.log import kv
+from tally.processes import Running, Service, Supervisor
+from tally.settings import PROJECT_ROOT, Settings
+
+log = logging.getLogger("tally.stack")
+
+ORDER = ("broker", "ingest", "archiver", "views", "dashboard", "traffic")
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def ingest_url(settings: Settings) -> str:
+    return f"http://{settings.ingest.host}:{settings.ingest.port}"
+
+
+def dashboard_url(settings: Settings) -> str:
+    return f"http://{settings.dashboard.host}:{settings.dashboard.port}"
+
+
+def services(settings: Settings) -> dict[str, Service]:
+    """Every service the stack can run, keyed by name, in start order."""
+    py = sys.executable
+    found: dict[str, Service] = {}
+    if settings.kafka.bundled:
+        found["broker"] = Service(
+            "broker", broker.broker_command(settings), port=settings.kafka.port,
+            ready=lambda: broker.broker_answers(settings.kafka.servers), ready_timeout=90,
+        )  # fmt: skip
+    found["ingest"] = Service(
+        "ingest", [py, "-m", "ingest"], port=settings.ingest.port,
+        ready=lambda: _http_ok(ingest_url(settings) + "/healthz"),
+    )  # fmt: skip
+    found["archiver"] = Service("archiver", [py, "-m", "archiver"])
+    found["views"] = Service("views", [py, "-m", "jobs.streaming"])
+    found["dashboard"] = Service(
+        "dashboard",
+        [py, "-m", "streamlit", "run", str(PROJECT_ROOT / "dashboard" / "app.py"),
+         "--server.address", settings.dashboard.host, "--server.port", str(settings.dashboard.port),
+         "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+        port=settings.dashboard.port,
+        ready=lambda: _http_ok(dashboard_url(settings) + "/_stcore/health"),
+    )  # fmt: skip
+    found["traffic"] = Service("traffic", [py, "-m", "traffic"])
+    return found
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    running: Running | None
+    port: int | None
+    log: Path
+
+
+class Stack:
+    """Brings the configured services up and down through one :class:`Supervisor`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.supervisor = Supervisor(settings.home_dir)
+
+    def up(self, *, traffic: bool) -> None:
+        """Start every service that is not running yet (idempotent), in dependency order."""
+        table = services(self.settings)
+        if "broker" in table:
+            broker.ensure_formatted(self.settings)
+        for name in ORDER:
+            if name not in table or (name == "traffic" and not traffic):
+                continue
+            already = self.supervisor.find(name)
+            running = self.supervisor.start(table[name])
+            verb = "already running" if already else "started"
+            log.info(f"{name} {verb}", extra=kv(pid=running.pid, port=running.port, log=str(running.log)))
+            if name == "broker" or (name == "ingest" and not self.settings.kafka.bundled):
+                broker.wait_until_ready(self.settings.kafka.servers)
+                broker.ensure_topics(self.settings)
+
+    def down(self) -> list[str]:
+        """Stop every running service, in reverse order; return the names stopped."""
+        stopped = [name for name in reversed(ORDER) if self.supervisor.stop(name)]
+        for name in stopped:
+            log.info(f"{name} stopped")
+        return stopped
+
+    def status(self) -> list[ServiceStatus]:
+        """What runs, with which PID, on which port."""
+        table = services(self.settings)
+        return [
+            ServiceStatus(name, self.supervisor.find(name), table[name].port, self.supervisor.log_dir / f"{name}.log")
+            for name in ORDER
+            if name in table
+        ]

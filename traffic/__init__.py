@@ -1,0 +1,1 @@
+"""Traffic: a synthetic visitor population that sends beacons like real browsers would."""
