@@ -100,7 +100,7 @@ class Archiver:
             return floors[key]
 
         for msg in messages:
-            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            topic, partition, offset = position(msg)
             value = msg.value() or b""
             if topic == self.rejected_topic:
                 if offset >= floor(self.rejected, topic, partition):
@@ -127,9 +127,10 @@ class Archiver:
         raw, rejected = self.route(messages)
         self.rejected.append(rejected)
         self.raw.append(raw)
-        offsets = {}
+        offsets: dict[tuple[str, int], int] = {}
         for msg in messages:
-            offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
+            topic, partition, offset = position(msg)
+            offsets[(topic, partition)] = offset + 1
         self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=True)
         if raw.rows or rejected.rows:
             log.info("archived", extra=kv(events=len(raw.rows), rejected=len(rejected.rows), messages=len(messages)))
@@ -162,6 +163,13 @@ class Archiver:
         finally:
             self.consumer.close()
             log.info("archiver stopped")
+
+
+def position(msg: Message) -> tuple[str, int, int]:
+    """(topic, partition, offset) of a consumed message (always set for consumed messages)."""
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    assert topic is not None and partition is not None and offset is not None, "consumed message without position"
+    return topic, partition, offset
 
 
 def _now_ms() -> int:

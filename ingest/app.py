@@ -137,16 +137,16 @@ class Ingest:
             except AppendFailed as e:
                 log.error("kafka append failed", extra=kv(events=len(events), error=str(e)))
                 EVENTS.labels(outcome="unavailable").inc(len(events))
-                body = {"error": "unavailable", "message": "the event log is unavailable; retry later"}
-                return JSONResponse(body, 503, headers=CORS | {"Retry-After": "5"})
+                unavailable = {"error": "unavailable", "message": "the event log is unavailable; retry later"}
+                return JSONResponse(unavailable, 503, headers=CORS | {"Retry-After": "5"})
             EVENTS.labels(outcome="accepted").inc(len(events))
         if not events:
             first = invalid[0][1]
             return JSONResponse(first.body(), first.status, headers=CORS)
-        body: dict[str, Any] = {"accepted": len(events)}
+        accepted: dict[str, Any] = {"accepted": len(events)}
         if parsed.is_batch and invalid:
-            body["rejected"] = [r.body() for _, r in invalid]
-        return JSONResponse(body, 202, headers=CORS)
+            accepted["rejected"] = [r.body() for _, r in invalid]
+        return JSONResponse(accepted, 202, headers=CORS)
 
 
 def create_app(settings: Settings | None = None) -> Starlette:

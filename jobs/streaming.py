@@ -33,9 +33,7 @@ def start(settings: Settings, *, checkpoint_root: str | None = None) -> object:
         .load()
     )
     events = (
-        events_from_kafka(kafka_rows)
-        .withWatermark("event_ts", s.watermark)
-        .dropDuplicatesWithinWatermark(["event_id"])
+        events_from_kafka(kafka_rows).withWatermark("event_ts", s.watermark).dropDuplicatesWithinWatermark(["event_id"])
     )
     per_minute = pageviews_per_minute(events)
 

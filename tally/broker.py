@@ -14,7 +14,8 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from tally.bootstrap import JARS_DIR, SetupError, java_binary, kafka_jars
 from tally.log import kv
@@ -132,7 +133,8 @@ def console_consumer_command(settings: Settings, topic: str, *extra: str) -> lis
 
 def broker_answers(servers: str, timeout: float = 2.0) -> bool:
     """True when a broker at ``servers`` returns cluster metadata."""
-    admin = AdminClient({"bootstrap.servers": servers, "socket.timeout.ms": int(timeout * 1000)})
+    # log_level 0: a probe of a broker that is still starting is expected to fail quietly.
+    admin = AdminClient({"bootstrap.servers": servers, "socket.timeout.ms": int(timeout * 1000), "log_level": 0})
     try:
         admin.list_topics(timeout=timeout)
         return True

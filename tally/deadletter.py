@@ -1,4 +1,6 @@
-"""Dead letters, shared by ingest and the archiver: a rejected request is data, not a log line (after Snowplow's bad rows).
+"""Dead letters, shared by ingest and the archiver (after Snowplow's bad rows).
+
+A rejected request is data, not a log line.
 
 Each record names the component that refused it, a failure kind from a closed set, the
 specifics, and the original payload (truncated past a bound, and marked so) for recovery.

@@ -7,6 +7,7 @@ process's start time, so a recycled PID is never mistaken for ours.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -131,20 +132,16 @@ class Supervisor:
         if alive:
             _signal_group(running.pid, signal.SIGKILL)
             for proc in alive:
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     proc.kill()
-                except psutil.NoSuchProcess:
-                    pass
             psutil.wait_procs(alive, timeout=5)
         self._pid_file(name).unlink(missing_ok=True)
         return True
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)  # the service's own session: pgid == its pid
-    except ProcessLookupError:
-        pass
 
 
 def _tail(path: Path, lines: int = 15) -> str:

@@ -125,7 +125,9 @@ class PageViewEvent:
         known: dict[str, Any] = {k: v for k, v in data.items() if k in FIELDS}
         for name, value in known.items():
             expected = _PYTHON_TYPES[FIELDS[name][0]]
-            if value is not None and (not isinstance(value, expected) or isinstance(value, bool) is not (expected is bool)):
+            if value is not None and (
+                not isinstance(value, expected) or isinstance(value, bool) is not (expected is bool)
+            ):
                 raise TypeError(f"field {name!r}: expected {FIELDS[name][0]}, got {type(value).__name__}")
         return cls(**known)
 

@@ -176,9 +176,7 @@ def _build(cls: type[T], values: Mapping[str, Any], prefix: str) -> T:
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = set(values) - known
     if unknown:
-        raise SettingsError(
-            f"{prefix or 'config'}: unknown key(s) {sorted(unknown)}; known keys: {sorted(known)}"
-        )
+        raise SettingsError(f"{prefix or 'config'}: unknown key(s) {sorted(unknown)}; known keys: {sorted(known)}")
     kwargs = {}
     for name in known:
         key = f"{prefix}.{name}" if prefix else name

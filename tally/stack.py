@@ -57,7 +57,7 @@ def services(settings: Settings) -> dict[str, Service]:
         "dashboard",
         [py, "-m", "streamlit", "run", str(PROJECT_ROOT / "dashboard" / "app.py"),
          "--server.address", settings.dashboard.host, "--server.port", str(settings.dashboard.port),
-         "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+         "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
         port=settings.dashboard.port,
         ready=lambda: _http_ok(dashboard_url(settings) + "/_stcore/health"),
     )  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -62,10 +63,8 @@ async def _run(settings: Settings, rate: float, duration: float, target: str) ->
             # Open loop: the next arrival is scheduled by the clock, never by a response.
             delay = started + tick / rate - time.monotonic()
             if delay > 0:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=delay)
-                except TimeoutError:
-                    pass
         if tasks:
             await asyncio.gather(*tasks)
     log.info("traffic stopped", extra=kv(accepted=sent.accepted, failed=sent.failed))

@@ -1,0 +1,50 @@
+# Tally: the two commands are `make demo` (run everything with traffic) and `make test`.
+.PHONY: setup demo up down status test test-unit test-integration test-e2e lint bench clean
+
+VENV_STAMP := .venv/.installed-stamp
+
+$(VENV_STAMP): pyproject.toml constraints.txt scripts/setup-python.sh
+	bash scripts/setup-python.sh
+	touch $@
+
+## setup: venv + pinned pip packages + Kafka/Spark jars from Maven Central
+setup: $(VENV_STAMP)
+	.venv/bin/tally setup
+
+## demo: set up, start the whole stack with generated traffic, print the dashboard URL
+demo: setup
+	.venv/bin/tally up --traffic
+
+up: setup
+	.venv/bin/tally up
+
+down:
+	@if [ -x .venv/bin/tally ]; then .venv/bin/tally down; fi
+
+status:
+	.venv/bin/tally status
+
+## test: set up, then ruff + mypy + unit + integration + e2e tests
+test: setup
+	bash scripts/install-browser.sh
+	bash scripts/test.sh
+
+test-unit: setup
+	TALLY_ENV=test .venv/bin/python -m pytest -q tests/unit
+
+test-integration: setup
+	TALLY_ENV=test .venv/bin/python -m pytest -q tests/integration
+
+test-e2e: setup
+	bash scripts/install-browser.sh
+	TALLY_ENV=test .venv/bin/python -m pytest -q tests/e2e
+
+lint: setup
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy .
+
+## bench: run every benchmark in bench/ and print the figures
+bench: setup
+	.venv/bin/python -m bench
+
+clean: down
+	rm -rf .tally

@@ -1,0 +1,27 @@
+import subprocess
+import sys
+
+import pytest
+
+from tally.cli import build_parser
+
+COMMANDS = ["setup", "up", "down", "status", "traffic"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "tally", command, "--help"], capture_output=True, text=True)
+    assert done.returncode == 0
+    assert "usage: tally " + command in done.stdout
+
+
+def test_the_parser_knows_every_documented_command() -> None:
+    choices = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert set(COMMANDS) <= set(choices)
+
+
+def test_a_bad_setting_is_reported_without_a_traceback() -> None:
+    env = {"TALLY_INGEST__PORT": "eighty", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "tally", "status"], capture_output=True, text=True, env=env)
+    assert done.returncode == 2
+    assert "TALLY_INGEST__PORT" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,38 @@
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from tally.processes import Service, Supervisor
+
+# A parent that starts a child and both sleep: stopping must end the whole group.
+PARENT_WITH_CHILD = [
+    sys.executable, "-c",
+    "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+    "time.sleep(600)",
+]  # fmt: skip
+
+
+def test_a_service_is_started_once_and_stopped_with_its_children(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path)
+    first = supervisor.start(Service("sleeper", PARENT_WITH_CHILD))
+    again = supervisor.start(Service("sleeper", PARENT_WITH_CHILD))
+    assert again.pid == first.pid
+    deadline = time.monotonic() + 10
+    while not psutil.Process(first.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    group = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
+    assert len(group) == 2
+    assert supervisor.stop("sleeper") is True
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in group)
+    assert supervisor.find("sleeper") is None
+    assert supervisor.stop("sleeper") is False
+
+
+def test_a_stale_pid_file_is_not_mistaken_for_a_running_service(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path)
+    supervisor.run_dir.mkdir(parents=True)
+    (supervisor.run_dir / "ghost.json").write_text('{"pid": 1, "created": 0, "log": "x"}')
+    assert supervisor.find("ghost") is None
+    assert not (supervisor.run_dir / "ghost.json").exists()
