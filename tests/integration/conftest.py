@@ -1,0 +1,107 @@
+"""Real parts for integration tests: a Kafka broker, ingest and archiver processes, local Spark.
+
+Each session gets its own home directory and free ports, so tests never touch a running
+demo stack, and every process started here is stopped here (by PID).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tally import broker
+from tally.processes import Supervisor
+from tally.settings import Settings, load_settings
+from tally.stack import services
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def stack_env(home: Path) -> dict[str, str]:
+    """Environment for an isolated Tally: its own home and free ports."""
+    kafka, controller, ingest, dashboard = free_ports(4)
+    return {
+        "TALLY_ENV": "test",
+        "TALLY_HOME": str(home),
+        "TALLY_KAFKA__PORT": str(kafka),
+        "TALLY_KAFKA__CONTROLLER_PORT": str(controller),
+        "TALLY_INGEST__PORT": str(ingest),
+        "TALLY_DASHBOARD__PORT": str(dashboard),
+    }
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Bounded retry: poll until ``condition`` holds or fail the test naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    env = stack_env(tmp_path_factory.mktemp("tally-home"))
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield load_settings()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def supervisor(settings: Settings) -> Iterator[Supervisor]:
+    sup = Supervisor(settings.home_dir)
+    yield sup
+    for name in ("archiver", "ingest", "broker"):
+        sup.stop(name)
+
+
+@pytest.fixture(scope="session")
+def kafka(settings: Settings, supervisor: Supervisor) -> str:
+    broker.ensure_formatted(settings)
+    supervisor.start(services(settings)["broker"])
+    broker.wait_until_ready(settings.kafka.servers)
+    broker.ensure_topics(settings)
+    return settings.kafka.servers
+
+
+@pytest.fixture(scope="session")
+def ingest_url(settings: Settings, supervisor: Supervisor, kafka: str) -> str:
+    supervisor.start(services(settings)["ingest"])
+    return f"http://127.0.0.1:{settings.ingest.port}"
+
+
+@pytest.fixture(scope="session")
+def archiver(settings: Settings, supervisor: Supervisor, kafka: str) -> None:
+    supervisor.start(services(settings)["archiver"])
+
+
+@pytest.fixture(scope="session")
+def spark(settings: Settings) -> Iterator[SparkSession]:
+    from tally.spark import spark_session
+
+    session = spark_session(settings, "tally-tests")
+    yield session
+    session.stop()

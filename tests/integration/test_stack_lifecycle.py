@@ -1,0 +1,95 @@
+"""`tally up` / `status` / `down` as a user runs them: idempotent, and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from tally.processes import port_in_use
+from tests.integration.conftest import stack_env
+
+
+def tally(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tally", *args], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def recorded_processes(home: Path) -> list[psutil.Process]:
+    """Every process the PID files name, with all their children."""
+    found = []
+    for pid_file in (home / "run").glob("*.json"):
+        proc = psutil.Process(json.loads(pid_file.read_text())["pid"])
+        found += [proc, *proc.children(recursive=True)]
+    return found
+
+
+def service_pid_files(home: Path) -> dict[str, int]:
+    return {f.stem: json.loads(f.read_text())["pid"] for f in (home / "run").glob("*.json")}
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_up_twice_starts_one_stack_and_down_leaves_nothing(tmp_path: Path) -> None:
+    env = stack_env(tmp_path / "home")
+    ports = [int(env[k]) for k in ("TALLY_KAFKA__PORT", "TALLY_INGEST__PORT", "TALLY_DASHBOARD__PORT")]
+    try:
+        first = tally(env, "up")
+        assert first.returncode == 0, first.stderr
+        assert "dashboard: http://127.0.0.1:" in first.stdout
+        procs = recorded_processes(tmp_path / "home")
+        service_pids = service_pid_files(tmp_path / "home")
+        assert len(list((tmp_path / "home" / "run").glob("*.json"))) == 5  # broker ingest archiver views dashboard
+
+        second = tally(env, "up")
+        assert second.returncode == 0, second.stderr
+        assert "already running" in second.stderr
+        assert service_pid_files(tmp_path / "home") == service_pids  # the same processes, none added
+
+        status = tally(env, "status")
+        for service in ("broker", "ingest", "archiver", "views", "dashboard"):
+            assert any(line.startswith(service) and "running" in line for line in status.stdout.splitlines())
+        assert all(port_in_use(p) for p in ports)
+    finally:
+        down = tally(env, "down")
+    assert down.returncode == 0, down.stderr
+    psutil.wait_procs(procs, timeout=10)
+    assert alive(procs) == []
+    assert not any(port_in_use(p) for p in ports)
+    assert "stopped" in tally(env, "status").stdout
+
+
+def test_a_taken_port_is_reported_with_what_to_do_and_down_cleans_up(tmp_path: Path) -> None:
+    env = stack_env(tmp_path / "home")
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", int(env["TALLY_INGEST__PORT"])))
+    squatter.listen()
+    try:
+        result = tally(env, "up")
+        assert result.returncode == 2
+        assert "already in use" in result.stderr and "TALLY_" in result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        squatter.close()
+        procs = recorded_processes(tmp_path / "home")
+        tally(env, "down")
+    psutil.wait_procs(procs, timeout=10)
+    assert alive(procs) == []
+
+
+def test_a_half_written_kafka_directory_is_refused_with_advice(tmp_path: Path) -> None:
+    env = stack_env(tmp_path / "home")
+    data = tmp_path / "home" / "kafka" / "data"
+    data.mkdir(parents=True)
+    (data / "stray.log").write_text("x")
+    result = tally(env, "up")
+    assert result.returncode == 2
+    assert "half-written" in result.stderr and "rm -rf" in result.stderr
+    assert not list((tmp_path / "home").glob("run/*.json"))
