@@ -47,14 +47,21 @@ def event_row(event: PageViewEvent, partition: int, offset: int) -> dict[str, ob
 def rejected_row(letter: DeadLetter, topic: str, partition: int, offset: int) -> dict[str, object]:
     """One raw.rejected row."""
     return {
-        "kind": letter.kind, "message": letter.message, "status": letter.status,
-        "received_at": letter.received_at, "errors": json.dumps(letter.errors),
-        "payload": letter.payload, "payload_b64": letter.payload_b64,
-        "payload_size": letter.payload_size, "truncated": letter.truncated,
+        "kind": letter.kind,
+        "message": letter.message,
+        "status": letter.status,
+        "received_at": letter.received_at,
+        "errors": json.dumps(letter.errors),
+        "payload": letter.payload,
+        "payload_b64": letter.payload_b64,
+        "payload_size": letter.payload_size,
+        "truncated": letter.truncated,
         "component": f"{letter.component.get('name')}/{letter.component.get('version')}",
-        "source_topic": topic, "rejected_date": _utc_date(letter.received_at),
-        "kafka_partition": partition, "kafka_offset": offset,
-    }  # fmt: skip
+        "source_topic": topic,
+        "rejected_date": _utc_date(letter.received_at),
+        "kafka_partition": partition,
+        "kafka_offset": offset,
+    }
 
 
 class Archiver:
@@ -111,9 +118,14 @@ class Archiver:
                 event = PageViewEvent.from_json(value)
             except (ValueError, TypeError) as e:
                 if offset >= floor(self.rejected, topic, partition):
-                    letter = dead_letter(component="tally-archiver", kind="undecodable_event", status=0,
-                                         message=f"not a v1 PageViewEvent: {e}", received_at=_now_ms(),
-                                         payload=value)  # fmt: skip
+                    letter = dead_letter(
+                        component="tally-archiver",
+                        kind="undecodable_event",
+                        status=0,
+                        message=f"not a v1 PageViewEvent: {e}",
+                        received_at=_now_ms(),
+                        payload=value,
+                    )
                     rejected.add(rejected_row(letter, topic, partition, offset), topic, partition, offset)
                 continue
             if offset < floor(self.raw, topic, partition) or event.event_id in seen:
@@ -180,5 +192,11 @@ def _decode_dead_letter(value: bytes) -> DeadLetter:
     try:
         return DeadLetter.from_json(value)
     except (ValueError, TypeError) as e:
-        return dead_letter(component="tally-archiver", kind="undecodable_event", status=0,
-                           message=f"dead letter not decodable: {e}", received_at=_now_ms(), payload=value)  # fmt: skip
+        return dead_letter(
+            component="tally-archiver",
+            kind="undecodable_event",
+            status=0,
+            message=f"dead letter not decodable: {e}",
+            received_at=_now_ms(),
+            payload=value,
+        )

@@ -18,8 +18,12 @@ site_id = st.selectbox("Site", sites) if sites else None
 if site_id is None:
     st.info("No sites are configured yet: add one under `sites:` in conf/tally.yaml.")
     st.stop()
-minutes = st.select_slider("Period", options=[15, 60, 180, 720, 1440], value=60,
-                           format_func=lambda m: f"last {m // 60} h" if m >= 60 else f"last {m} min")  # fmt: skip
+minutes = st.select_slider(
+    "Period",
+    options=[15, 60, 180, 720, 1440],
+    value=60,
+    format_func=lambda m: f"last {m // 60} h" if m >= 60 else f"last {m} min",
+)
 since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=minutes)
 rows = pageviews_per_minute(settings, site_id, since)
 

@@ -73,8 +73,15 @@ class Ingest:
     async def reject(self, rejection: Rejection, payload: bytes, received_at: int) -> None:
         """Record one refusal in the dead-letter topic (best effort if Kafka itself is down)."""
         EVENTS.labels(outcome=rejection.kind).inc()
-        letter = dead_letter(component="tally-ingest", kind=rejection.kind, message=rejection.message, status=rejection.status,
-                             received_at=received_at, payload=payload, errors=list(rejection.errors))  # fmt: skip
+        letter = dead_letter(
+            component="tally-ingest",
+            kind=rejection.kind,
+            message=rejection.message,
+            status=rejection.status,
+            received_at=received_at,
+            payload=payload,
+            errors=list(rejection.errors),
+        )
         assert self.log is not None
         try:
             await self.log.append(self.settings.kafka.rejected_topic, [(None, letter.to_json())])
@@ -110,8 +117,11 @@ class Ingest:
         return await self._accept(request, parsed, received_at)
 
     async def _accept(self, request: Request, parsed: ParsedBody, received_at: int) -> Response:
-        facts = RequestFacts(client_ip(request, self.settings.ingest.trusted_proxies),
-                             request.headers.get("user-agent", "")[:1000], received_at)  # fmt: skip
+        facts = RequestFacts(
+            client_ip(request, self.settings.ingest.trusted_proxies),
+            request.headers.get("user-agent", "")[:1000],
+            received_at,
+        )
         salt = self.salts.salt_for(received_at)
         invalid = list(parsed.invalid)
         events: list[PageViewEvent] = []
@@ -132,8 +142,9 @@ class Ingest:
         if events:
             assert self.log is not None
             try:
-                await self.log.append(self.settings.kafka.pageviews_topic,
-                                      [(e.visitor_id.encode(), e.to_json()) for e in events])  # fmt: skip
+                await self.log.append(
+                    self.settings.kafka.pageviews_topic, [(e.visitor_id.encode(), e.to_json()) for e in events]
+                )
             except AppendFailed as e:
                 log.error("kafka append failed", extra=kv(events=len(events), error=str(e)))
                 EVENTS.labels(outcome="unavailable").inc(len(events))

@@ -16,14 +16,43 @@ from ua_parser import parse as parse_user_agent
 from ingest.beacon import Beacon, neutralise_formula
 from tally.schema import PageViewEvent
 
-SEARCH_ENGINES = {"google": "Google", "bing": "Bing", "duckduckgo": "DuckDuckGo", "yahoo": "Yahoo",
-                  "yandex": "Yandex", "baidu": "Baidu", "ecosia": "Ecosia", "qwant": "Qwant"}  # fmt: skip
-SOCIAL_NETWORKS = {"facebook": "Facebook", "t.co": "Twitter", "twitter": "Twitter", "x.com": "Twitter",
-                   "linkedin": "LinkedIn", "reddit": "Reddit", "instagram": "Instagram",
-                   "youtube": "YouTube", "news.ycombinator": "Hacker News", "mastodon": "Mastodon"}  # fmt: skip
+SEARCH_ENGINES = {
+    "google": "Google",
+    "bing": "Bing",
+    "duckduckgo": "DuckDuckGo",
+    "yahoo": "Yahoo",
+    "yandex": "Yandex",
+    "baidu": "Baidu",
+    "ecosia": "Ecosia",
+    "qwant": "Qwant",
+}
+SOCIAL_NETWORKS = {
+    "facebook": "Facebook",
+    "t.co": "Twitter",
+    "twitter": "Twitter",
+    "x.com": "Twitter",
+    "linkedin": "LinkedIn",
+    "reddit": "Reddit",
+    "instagram": "Instagram",
+    "youtube": "YouTube",
+    "news.ycombinator": "Hacker News",
+    "mastodon": "Mastodon",
+}
 CLICK_ID_PARAMS = ("gclid", "fbclid", "msclkid", "ttclid", "twclid", "li_fat_id")
-BOT_MARKERS = ("bot", "crawl", "spider", "slurp", "headless", "lighthouse", "phantomjs", "python-requests",
-               "curl/", "wget/", "httpclient", "scrapy")  # fmt: skip
+BOT_MARKERS = (
+    "bot",
+    "crawl",
+    "spider",
+    "slurp",
+    "headless",
+    "lighthouse",
+    "phantomjs",
+    "python-requests",
+    "curl/",
+    "wget/",
+    "httpclient",
+    "scrapy",
+)
 
 
 class EnrichError(ValueError):

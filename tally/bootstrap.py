@@ -73,9 +73,17 @@ def _copy_dependencies(pom: Path, out_dir: Path) -> None:
             "Install it (Debian/Ubuntu: apt install maven)."
         )
     cmd = [
-        mvn, "-q", "-B", "-s", str(MAVEN_DIR / "settings.xml"), "-f", str(pom),
-        "dependency:copy-dependencies", f"-DoutputDirectory={out_dir}", "-DincludeScope=runtime",
-    ]  # fmt: skip
+        mvn,
+        "-q",
+        "-B",
+        "-s",
+        str(MAVEN_DIR / "settings.xml"),
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={out_dir}",
+        "-DincludeScope=runtime",
+    ]
     log.info("maven resolving", extra=kv(pom=pom.name, into=str(out_dir)))
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:

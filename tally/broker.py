@@ -111,8 +111,7 @@ def ensure_formatted(settings: Settings) -> None:
         )
     data.mkdir(parents=True, exist_ok=True)
     cluster_id = uuid.uuid4().hex[:22]
-    cmd = _java_command(settings, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                        "-c", str(conf), heap="256m")  # fmt: skip
+    cmd = _java_command(settings, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf), heap="256m")
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SetupError(f"formatting Kafka storage in {data} failed:\n{done.stdout}{done.stderr}")
@@ -127,8 +126,9 @@ def broker_command(settings: Settings) -> list[str]:
 def console_consumer_command(settings: Settings, topic: str, *extra: str) -> list[str]:
     """Kafka's own console consumer (a real, independent client) for tests and debugging."""
     main = "org.apache.kafka.tools.consumer.ConsoleConsumer"
-    return _java_command(settings, main, "--bootstrap-server", settings.kafka.servers,
-                         "--topic", topic, *extra, heap="256m")  # fmt: skip
+    return _java_command(
+        settings, main, "--bootstrap-server", settings.kafka.servers, "--topic", topic, *extra, heap="256m"
+    )
 
 
 def broker_answers(servers: str, timeout: float = 2.0) -> bool:
@@ -156,13 +156,20 @@ def ensure_topics(settings: Settings) -> None:
     """Create the topics Tally needs if they are missing (idempotent)."""
     k = settings.kafka
     wanted = [
-        NewTopic(k.pageviews_topic, num_partitions=k.pageviews_partitions, replication_factor=1,
-                 config={"retention.ms": str(k.retention_hours * 3600_000)}),
-        NewTopic(k.rejected_topic, num_partitions=1, replication_factor=1,
-                 config={"retention.ms": str(k.retention_hours * 3600_000)}),
-        NewTopic(k.ratelimit_topic, num_partitions=1, replication_factor=1,
-                 config={"cleanup.policy": "compact"}),
-    ]  # fmt: skip
+        NewTopic(
+            k.pageviews_topic,
+            num_partitions=k.pageviews_partitions,
+            replication_factor=1,
+            config={"retention.ms": str(k.retention_hours * 3600_000)},
+        ),
+        NewTopic(
+            k.rejected_topic,
+            num_partitions=1,
+            replication_factor=1,
+            config={"retention.ms": str(k.retention_hours * 3600_000)},
+        ),
+        NewTopic(k.ratelimit_topic, num_partitions=1, replication_factor=1, config={"cleanup.policy": "compact"}),
+    ]
     admin = AdminClient({"bootstrap.servers": k.servers})
     existing = set(admin.list_topics(timeout=10).topics)
     missing = [t for t in wanted if t.topic not in existing]

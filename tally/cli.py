@@ -25,9 +25,11 @@ def cmd_setup(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     setup()
     Stack(settings).up(traffic=args.traffic)
-    print(f"\nTally is up.\n  dashboard: {dashboard_url(settings)}\n  ingest:    {ingest_url(settings)}/api/event"
-          f"\n  snippet:   <script defer data-site=\"{settings.traffic.site_id}\" src=\"{ingest_url(settings)}/t.js\">"
-          "</script>\n  stop with: tally down")  # fmt: skip
+    print(
+        f"\nTally is up.\n  dashboard: {dashboard_url(settings)}\n  ingest:    {ingest_url(settings)}/api/event"
+        f'\n  snippet:   <script defer data-site="{settings.traffic.site_id}" src="{ingest_url(settings)}/t.js">'
+        "</script>\n  stop with: tally down"
+    )
     return 0
 
 
@@ -52,8 +54,12 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_traffic(args: argparse.Namespace, settings: Settings) -> int:
     from traffic.generator import run_traffic
 
-    sent = run_traffic(settings, rate=args.rate or settings.traffic.rate, duration=args.duration,
-                       target=args.target or ingest_url(settings))  # fmt: skip
+    sent = run_traffic(
+        settings,
+        rate=args.rate or settings.traffic.rate,
+        duration=args.duration,
+        target=args.target or ingest_url(settings),
+    )
     print(f"sent {sent.accepted} accepted beacons ({sent.failed} failed) to the ingest endpoint")
     return 0 if sent.failed == 0 else 1
 

@@ -20,11 +20,19 @@ MAX_PAYLOAD_BYTES = 16384
 # The closed, versioned set of failure kinds (version 1).
 FAILURE_KINDS = frozenset(
     {
-        "malformed_json", "empty_batch", "batch_too_large", "body_too_large", "unsupported_media_type",
-        "invalid_event", "invalid_url", "unknown_site", "foreign_host", "rate_limited",
+        "malformed_json",
+        "empty_batch",
+        "batch_too_large",
+        "body_too_large",
+        "unsupported_media_type",
+        "invalid_event",
+        "invalid_url",
+        "unknown_site",
+        "foreign_host",
+        "rate_limited",
         "undecodable_event",  # archiver: a message on the pageviews topic that is not a v1 event
     }
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,16 @@ class DeadLetter:
         return cls(**data)
 
 
-def dead_letter(*, component: str, kind: str, message: str, status: int, received_at: int, payload: bytes,
-                errors: list[dict[str, str]] | None = None) -> DeadLetter:  # fmt: skip
+def dead_letter(
+    *,
+    component: str,
+    kind: str,
+    message: str,
+    status: int,
+    received_at: int,
+    payload: bytes,
+    errors: list[dict[str, str]] | None = None,
+) -> DeadLetter:
     """Build the record for one refused payload; bytes that are not UTF-8 are kept as base64."""
     assert kind in FAILURE_KINDS, f"unknown failure kind {kind!r}: add it to FAILURE_KINDS"
     kept = payload[:MAX_PAYLOAD_BYTES]
@@ -59,7 +75,15 @@ def dead_letter(*, component: str, kind: str, message: str, status: int, receive
         text, b64 = kept.decode("utf-8"), None
     except UnicodeDecodeError:
         text, b64 = None, base64.b64encode(kept).decode()
-    return DeadLetter(kind=kind, message=message, status=status, received_at=received_at,
-                      errors=errors or [], payload=text, payload_b64=b64, payload_size=len(payload),
-                      truncated=len(payload) > MAX_PAYLOAD_BYTES,
-                      component={"name": component, "version": tally.__version__})  # fmt: skip
+    return DeadLetter(
+        kind=kind,
+        message=message,
+        status=status,
+        received_at=received_at,
+        errors=errors or [],
+        payload=text,
+        payload_b64=b64,
+        payload_size=len(payload),
+        truncated=len(payload) > MAX_PAYLOAD_BYTES,
+        component={"name": component, "version": tally.__version__},
+    )

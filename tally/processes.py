@@ -97,8 +97,13 @@ class Supervisor:
                 start_new_session=True,
             )
         created = psutil.Process(proc.pid).create_time()
-        record = {"pid": proc.pid, "created": created, "port": service.port, "log": str(log_path),
-                  "command": service.command}  # fmt: skip
+        record = {
+            "pid": proc.pid,
+            "created": created,
+            "port": service.port,
+            "log": str(log_path),
+            "command": service.command,
+        }
         self._pid_file(service.name).write_text(json.dumps(record))
         running = Running(service.name, proc.pid, service.port, log_path)
         self._wait_ready(service, proc, log_path)
@@ -111,8 +116,9 @@ class Supervisor:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self._pid_file(service.name).unlink(missing_ok=True)
-                raise ProcessError(f"{service.name} exited with code {proc.returncode}; see {log_path}:\n"
-                                   + _tail(log_path))  # fmt: skip
+                raise ProcessError(
+                    f"{service.name} exited with code {proc.returncode}; see {log_path}:\n" + _tail(log_path)
+                )
             if service.ready():
                 return
             time.sleep(0.5)

@@ -44,23 +44,42 @@ def services(settings: Settings) -> dict[str, Service]:
     found: dict[str, Service] = {}
     if settings.kafka.bundled:
         found["broker"] = Service(
-            "broker", broker.broker_command(settings), port=settings.kafka.port,
-            ready=lambda: broker.broker_answers(settings.kafka.servers), ready_timeout=90,
-        )  # fmt: skip
+            "broker",
+            broker.broker_command(settings),
+            port=settings.kafka.port,
+            ready=lambda: broker.broker_answers(settings.kafka.servers),
+            ready_timeout=90,
+        )
     found["ingest"] = Service(
-        "ingest", [py, "-m", "ingest"], port=settings.ingest.port,
+        "ingest",
+        [py, "-m", "ingest"],
+        port=settings.ingest.port,
         ready=lambda: _http_ok(ingest_url(settings) + "/healthz"),
-    )  # fmt: skip
+    )
     found["archiver"] = Service("archiver", [py, "-m", "archiver"])
     found["views"] = Service("views", [py, "-m", "jobs.streaming"])
     found["dashboard"] = Service(
         "dashboard",
-        [py, "-m", "streamlit", "run", str(PROJECT_ROOT / "dashboard" / "app.py"),
-         "--server.address", settings.dashboard.host, "--server.port", str(settings.dashboard.port),
-         "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
+        [
+            py,
+            "-m",
+            "streamlit",
+            "run",
+            str(PROJECT_ROOT / "dashboard" / "app.py"),
+            "--server.address",
+            settings.dashboard.host,
+            "--server.port",
+            str(settings.dashboard.port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+            "--client.toolbarMode",
+            "viewer",
+        ],
         port=settings.dashboard.port,
         ready=lambda: _http_ok(dashboard_url(settings) + "/_stcore/health"),
-    )  # fmt: skip
+    )
     found["traffic"] = Service("traffic", [py, "-m", "traffic"])
     return found
 

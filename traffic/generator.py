@@ -42,8 +42,9 @@ async def _send(client: httpx.AsyncClient, url: str, beacon: Beacon, sent: Sent)
 async def _run(settings: Settings, rate: float, duration: float, target: str) -> Sent:
     site = settings.site(settings.traffic.site_id)
     host = site.domains[0] if site and site.domains else settings.traffic.site_id
-    population = Population(site_id=settings.traffic.site_id, host=host, visitors=settings.traffic.visitors,
-                            seed=int(time.time()))  # fmt: skip
+    population = Population(
+        site_id=settings.traffic.site_id, host=host, visitors=settings.traffic.visitors, seed=int(time.time())
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,30 +11,67 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-PAGES = ["/", "/pricing", "/docs", "/docs/install", "/docs/api", "/blog", "/blog/streams-and-tables",
-         "/blog/exactly-once", "/about", "/signup", "/contact", "/changelog"]  # fmt: skip
+PAGES = [
+    "/",
+    "/pricing",
+    "/docs",
+    "/docs/install",
+    "/docs/api",
+    "/blog",
+    "/blog/streams-and-tables",
+    "/blog/exactly-once",
+    "/about",
+    "/signup",
+    "/contact",
+    "/changelog",
+]
 PAGE_WEIGHTS = [30, 12, 14, 8, 6, 9, 6, 5, 3, 4, 2, 1]
-REFERRERS = [None, "https://www.google.com/", "https://duckduckgo.com/", "https://news.ycombinator.com/",
-             "https://t.co/abc", "https://www.reddit.com/r/analytics/", "https://github.com/tally/tally",
-             "https://www.bing.com/search?q=tally"]  # fmt: skip
+REFERRERS = [
+    None,
+    "https://www.google.com/",
+    "https://duckduckgo.com/",
+    "https://news.ycombinator.com/",
+    "https://t.co/abc",
+    "https://www.reddit.com/r/analytics/",
+    "https://github.com/tally/tally",
+    "https://www.bing.com/search?q=tally",
+]
 REFERRER_WEIGHTS = [35, 25, 6, 8, 5, 6, 10, 5]
-CAMPAIGNS = [None, "?utm_source=newsletter&utm_medium=email&utm_campaign=launch",
-             "?utm_source=google&utm_medium=cpc&utm_campaign=brand"]  # fmt: skip
+CAMPAIGNS = [
+    None,
+    "?utm_source=newsletter&utm_medium=email&utm_campaign=launch",
+    "?utm_source=google&utm_medium=cpc&utm_campaign=brand",
+]
 CAMPAIGN_WEIGHTS = [90, 6, 4]
 USER_AGENTS = [
-    ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
-     "Chrome/131.0.0.0 Safari/537.36", 1920),
-    ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) "
-     "Version/18.1 Safari/605.1.15", 1440),
+    (
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/131.0.0.0 Safari/537.36",
+        1920,
+    ),
+    (
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Version/18.1 Safari/605.1.15",
+        1440,
+    ),
     ("Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0", 1680),
-    ("Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
-     "Version/18.1 Mobile/15E148 Safari/604.1", 390),
-    ("Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
-     "Chrome/131.0.0.0 Mobile Safari/537.36", 412),
-    ("Mozilla/5.0 (iPad; CPU OS 17_6 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
-     "Version/17.6 Mobile/15E148 Safari/604.1", 820),
+    (
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Version/18.1 Mobile/15E148 Safari/604.1",
+        390,
+    ),
+    (
+        "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/131.0.0.0 Mobile Safari/537.36",
+        412,
+    ),
+    (
+        "Mozilla/5.0 (iPad; CPU OS 17_6 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Version/17.6 Mobile/15E148 Safari/604.1",
+        820,
+    ),
     ("Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", 0),
-]  # fmt: skip
+]
 UA_WEIGHTS = [34, 14, 8, 22, 14, 5, 3]
 LANGUAGES = ["en-US", "en-GB", "de-DE", "fr-FR", "es-ES", "ja-JP"]
 
@@ -83,10 +120,18 @@ class Population:
     def _beacon(self, session: Session, kind: str, now_ms: int, **extra: Any) -> Beacon:
         v = session.visitor
         payload: dict[str, Any] = {
-            "v": 1, "id": str(uuid.UUID(int=self.rng.getrandbits(128), version=4)), "k": kind,
-            "s": self.site_id, "u": f"https://{self.host}{session.current}", "ti": f"Tally demo {session.current}",
-            "te": now_ms, "ts": now_ms, "w": v.screen_w, "l": v.language, "z": "Europe/Berlin",
-        }  # fmt: skip
+            "v": 1,
+            "id": str(uuid.UUID(int=self.rng.getrandbits(128), version=4)),
+            "k": kind,
+            "s": self.site_id,
+            "u": f"https://{self.host}{session.current}",
+            "ti": f"Tally demo {session.current}",
+            "te": now_ms,
+            "ts": now_ms,
+            "w": v.screen_w,
+            "l": v.language,
+            "z": "Europe/Berlin",
+        }
         if session.entry_referrer:
             payload["r"] = session.entry_referrer
         payload.update(extra)

@@ -16,8 +16,13 @@ from tests.integration.conftest import stack_env
 
 
 def tally(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tally", *args], env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "tally", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def recorded_processes(home: Path) -> list[psutil.Process]:

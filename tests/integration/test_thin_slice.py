@@ -28,8 +28,16 @@ PAGES = ["/", "/pricing", "/docs"]
 def beacon(site: str, path: str, at_ms: int) -> dict[str, Any]:
     """A page view that happened at ``at_ms`` and is sent now (the device clock is right)."""
     now_ms = int(time.time() * 1000)
-    return {"v": 1, "id": str(uuid.uuid4()), "k": "pageview", "s": site, "u": f"https://{site}{path}",
-            "te": at_ms, "ts": now_ms, "w": 1280}  # fmt: skip
+    return {
+        "v": 1,
+        "id": str(uuid.uuid4()),
+        "k": "pageview",
+        "s": site,
+        "u": f"https://{site}{path}",
+        "te": at_ms,
+        "ts": now_ms,
+        "w": 1280,
+    }
 
 
 def raw_rows(settings: Settings) -> int:
@@ -70,9 +78,14 @@ def test_beacons_land_exactly_once_in_raw_and_in_the_per_minute_view(
 
     # Kafka, read by Kafka's own console consumer.
     consumer = broker.console_consumer_command(
-        settings, settings.kafka.pageviews_topic, "--from-beginning", "--max-messages", str(total),
-        "--timeout-ms", "30000",
-    )  # fmt: skip
+        settings,
+        settings.kafka.pageviews_topic,
+        "--from-beginning",
+        "--max-messages",
+        str(total),
+        "--timeout-ms",
+        "30000",
+    )
     out = subprocess.run(consumer, capture_output=True, text=True, timeout=120).stdout
     in_kafka = {line for line in out.splitlines() if line.startswith("{")}
     assert len(in_kafka) == total

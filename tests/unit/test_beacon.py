@@ -6,9 +6,14 @@ import pytest
 from ingest.beacon import ParsedBody, Rejection, neutralise_formula, parse_beacons
 
 VALID: dict[str, Any] = {
-    "v": 1, "id": "0b9f7f2e-8f2a-4c1e-9a53-6f0b3c1d2e4f", "k": "pageview", "s": "a.com",
-    "u": "https://a.com/", "te": 1_700_000_000_000, "ts": 1_700_000_000_500,
-}  # fmt: skip
+    "v": 1,
+    "id": "0b9f7f2e-8f2a-4c1e-9a53-6f0b3c1d2e4f",
+    "k": "pageview",
+    "s": "a.com",
+    "u": "https://a.com/",
+    "te": 1_700_000_000_000,
+    "ts": 1_700_000_000_500,
+}
 
 
 def parse(body: object, max_batch: int = 10) -> ParsedBody | Rejection:

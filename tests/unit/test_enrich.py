@@ -96,7 +96,7 @@ def test_enrich_builds_the_stored_event_without_the_ip() -> None:
             "te": 1000,
             "ts": 1500,
             "r": "https://duckduckgo.com/",
-        }  # fmt: skip
+        }
     )
     event = enrich(beacon, RequestFacts("203.0.113.9", CHROME, 2000), salt=b"s")
     assert event.event_id == "0b9f7f2e-8f2a-4c1e-9a53-6f0b3c1d2e4f"

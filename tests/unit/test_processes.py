@@ -8,10 +8,11 @@ from tally.processes import Service, Supervisor
 
 # A parent that starts a child and both sleep: stopping must end the whole group.
 PARENT_WITH_CHILD = [
-    sys.executable, "-c",
+    sys.executable,
+    "-c",
     "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
     "time.sleep(600)",
-]  # fmt: skip
+]
 
 
 def test_a_service_is_started_once_and_stopped_with_its_children(tmp_path: Path) -> None:

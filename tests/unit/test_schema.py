@@ -9,10 +9,18 @@ from tally.schema import FIELDS, PageViewEvent, spark_ddl
 
 def make_event(**overrides: object) -> PageViewEvent:
     base: dict[str, object] = dict(
-        event_id="0b9f7f2e-8f2a-4c1e-9a53-6f0b3c1d2e4f", type="pageview", site_id="a.com",
-        url="https://a.com/x", hostname="a.com", path="/x", ts_event=1, ts_sent=2, ts_received=3,
-        event_time=2, visitor_id="v",
-    )  # fmt: skip
+        event_id="0b9f7f2e-8f2a-4c1e-9a53-6f0b3c1d2e4f",
+        type="pageview",
+        site_id="a.com",
+        url="https://a.com/x",
+        hostname="a.com",
+        path="/x",
+        ts_event=1,
+        ts_sent=2,
+        ts_received=3,
+        event_time=2,
+        visitor_id="v",
+    )
     base.update(overrides)
     return PageViewEvent(**base)  # type: ignore[arg-type]
 

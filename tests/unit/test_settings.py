@@ -55,7 +55,7 @@ def test_sites_and_lists_can_come_from_the_environment(tmp_path: Path, monkeypat
 
 def test_a_missing_environment_file_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TALLY_ENV", "nope")
-    with pytest.raises(SettingsError, match="nope.yaml"):
+    with pytest.raises(SettingsError, match=r"nope\.yaml"):
         load_settings(write_conf(tmp_path, ""))
 
 
