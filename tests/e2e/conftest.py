@@ -1,0 +1,71 @@
+"""The running stack, as a user starts it (`tally up`), in its own home and ports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tally.settings import PROJECT_ROOT
+from tests.integration.conftest import stack_env
+
+ARTIFACTS = PROJECT_ROOT / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+
+
+@dataclass(frozen=True)
+class RunningStack:
+    env: dict[str, str]
+    home: Path
+
+    def tally(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tally", *args],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    @property
+    def ingest_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['TALLY_INGEST__PORT']}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['TALLY_DASHBOARD__PORT']}"
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    home = tmp_path_factory.mktemp("e2e-home")
+    running = RunningStack(stack_env(home), home)
+    up = running.tally("up")
+    assert up.returncode == 0, up.stderr
+    try:
+        yield running
+    finally:
+        running.tally("down")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
