@@ -25,9 +25,14 @@ status:
 	.venv/bin/tally status
 
 ## test: set up, then ruff + mypy + unit + integration + e2e tests
-test: setup
+test: setup tracker/node_modules
 	bash scripts/install-browser.sh
 	bash scripts/test.sh
+
+## tracker/node_modules: terser, to check the committed snippet build (npm run build in tracker/)
+tracker/node_modules: tracker/package.json tracker/package-lock.json
+	cd tracker && npm ci --silent --no-audit --no-fund
+	touch $@
 
 test-unit: setup
 	TALLY_ENV=test .venv/bin/python -m pytest -q tests/unit

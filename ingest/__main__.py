@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 
 import uvicorn
 
@@ -17,6 +19,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging()
     settings = load_settings()
+    # Several workers: each writes its Prometheus counters here, /metrics sums them.
+    metrics_dir = settings.home_dir / "ingest-metrics"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     uvicorn.run(
         "ingest.app:create_app",
         factory=True,

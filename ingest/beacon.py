@@ -103,12 +103,15 @@ class Rejection:
     kind: str
     message: str
     errors: tuple[dict[str, str], ...] = ()
+    retry_after_s: int = 0
 
     def body(self) -> dict[str, Any]:
         """JSON body for the client."""
         out: dict[str, Any] = {"error": self.kind, "message": self.message}
         if self.errors:
             out["errors"] = list(self.errors)
+        if self.retry_after_s:
+            out["retry_after_s"] = self.retry_after_s
         return out
 
 

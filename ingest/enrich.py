@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 from ua_parser import parse as parse_user_agent
 
 from ingest.beacon import Beacon, neutralise_formula
+from ingest.geo import country_of
 from tally.schema import PageViewEvent
 
 SEARCH_ENGINES = {
@@ -99,6 +100,11 @@ def visitor_id(salt: bytes, site_id: str, client_ip: str, user_agent: str) -> st
     return hmac.new(salt, message, hashlib.sha256).hexdigest()[:32]
 
 
+def client_hash(salt: bytes, client_ip: str) -> str:
+    """Keyed hash of the IP alone: what rate limits count and block, never the IP itself."""
+    return hmac.new(salt, b"client\x1f" + client_ip.encode(), hashlib.sha256).hexdigest()[:32]
+
+
 @dataclass(frozen=True)
 class Agent:
     browser: str
@@ -178,7 +184,8 @@ def enrich(beacon: Beacon, facts: RequestFacts, *, salt: bytes, hash_routing: bo
     """Build the stored event from a validated beacon and the request it came with."""
     page = normalise_url(beacon.u, hash_routing=hash_routing)
     agent = parse_agent(facts.user_agent)
-    acquisition = classify_referrer(beacon.r, page.hostname, page.query)
+    referrer = beacon.r or None
+    acquisition = classify_referrer(referrer, page.hostname, page.query)
     return PageViewEvent(
         event_id=beacon.id.lower(),
         type=beacon.k,
@@ -187,7 +194,7 @@ def enrich(beacon: Beacon, facts: RequestFacts, *, salt: bytes, hash_routing: bo
         url=page.url,
         hostname=page.hostname,
         path=page.path,
-        referrer=beacon.r,
+        referrer=referrer,
         title=beacon.ti,
         ts_event=beacon.te,
         ts_sent=beacon.ts,
@@ -200,6 +207,8 @@ def enrich(beacon: Beacon, facts: RequestFacts, *, salt: bytes, hash_routing: bo
         engagement_ms=beacon.e,
         load_ms=beacon.ld,
         visitor_id=visitor_id(salt, beacon.s, facts.client_ip, facts.user_agent),
+        client_hash=client_hash(salt, facts.client_ip),
+        country=country_of(facts.client_ip),
         browser=agent.browser,
         os=agent.os,
         device=agent.device,

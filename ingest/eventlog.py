@@ -12,6 +12,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from ingest.spool import Record
+
 
 class AppendFailed(RuntimeError):
     """Kafka did not acknowledge the write (broker down past the delivery timeout)."""
@@ -20,7 +22,7 @@ class AppendFailed(RuntimeError):
 class EventLog:
     """Async appends to Kafka topics, with a background thread serving delivery reports."""
 
-    def __init__(self, *, bootstrap_servers: str, delivery_timeout_ms: int = 10000) -> None:
+    def __init__(self, *, bootstrap_servers: str, delivery_timeout_ms: int = 5000) -> None:
         self._producer = Producer(
             {
                 "bootstrap.servers": bootstrap_servers,
@@ -40,11 +42,11 @@ class EventLog:
         while self._running:
             self._producer.poll(0.1)
 
-    async def append(self, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
-        """Append ``(key, value)`` records; return when Kafka acknowledged all, else raise."""
+    async def append(self, records: list[Record]) -> None:
+        """Append ``(topic, key, value)`` records; return when Kafka acknowledged all, else raise."""
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[None]] = []
-        for key, value in records:
+        for topic, key, value in records:
             future: asyncio.Future[None] = loop.create_future()
             futures.append(future)
 

@@ -39,6 +39,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "engagement_ms": ("BIGINT", "tracker"),
     "load_ms": ("BIGINT", "tracker"),
     "visitor_id": ("STRING", "ingest"),
+    "client_hash": ("STRING", "ingest"),
     "browser": ("STRING", "ingest"),
     "os": ("STRING", "ingest"),
     "device": ("STRING", "ingest"),
@@ -86,6 +87,7 @@ class PageViewEvent:
     ts_received: int
     event_time: int
     visitor_id: str
+    client_hash: str = ""
     name: str | None = None
     referrer: str | None = None
     title: str | None = None

@@ -75,6 +75,12 @@ class IngestSettings:
 
 
 @dataclass(frozen=True)
+class RateLimitSettings:
+    client_pageviews_per_hour: int = 100
+    site_events_per_second: float = 1000.0
+
+
+@dataclass(frozen=True)
 class ArchiverSettings:
     max_batch: int = 20000
     max_wait_seconds: float = 2.0
@@ -97,6 +103,8 @@ class TrafficSettings:
 class SiteSettings:
     site_id: str
     domains: tuple[str, ...] = ()
+    hash_routing: bool = False  # keep URL fragments: the site routes by #/path
+    client_pageviews_per_hour: int = 0  # 0 = ratelimit.client_pageviews_per_hour
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,7 @@ class Settings:
     spark: SparkSettings = field(default_factory=SparkSettings)
     warehouse: WarehouseSettings = field(default_factory=WarehouseSettings)
     ingest: IngestSettings = field(default_factory=IngestSettings)
+    ratelimit: RateLimitSettings = field(default_factory=RateLimitSettings)
     archiver: ArchiverSettings = field(default_factory=ArchiverSettings)
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
     traffic: TrafficSettings = field(default_factory=TrafficSettings)
@@ -130,7 +139,15 @@ class Settings:
 
     def site(self, site_id: str) -> SiteSettings | None:
         """The configured site with this id, or None for an unknown site."""
-        return next((s for s in self.sites if s.site_id == site_id), None)
+        return self._sites_by_id.get(site_id)
+
+    @cached_property
+    def _sites_by_id(self) -> dict[str, SiteSettings]:
+        return {s.site_id: s for s in self.sites}
+
+    def client_limit(self, site: SiteSettings) -> int:
+        """Page views per hour one client may send to this site."""
+        return site.client_pageviews_per_hour or self.ratelimit.client_pageviews_per_hour
 
 
 T = TypeVar("T")

@@ -1,0 +1,86 @@
+"""The OpenAPI document served at ``/openapi.json`` (the contract schemathesis fuzzes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tally
+from ingest.beacon import Beacon
+
+
+def _error(description: str) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "required": ["error", "message"],
+        "properties": {
+            "error": {"type": "string"},
+            "message": {"type": "string"},
+            "errors": {"type": "array", "items": {"type": "object"}},
+        },
+    }
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def openapi_spec(*, max_batch: int) -> dict[str, Any]:
+    beacon = Beacon.model_json_schema()
+    body_schema = {
+        "oneOf": [
+            {"$ref": "#/components/schemas/Beacon"},
+            {"type": "array", "items": {"$ref": "#/components/schemas/Beacon"}, "minItems": 1, "maxItems": max_batch},
+        ]
+    }
+    accepted = {"type": "object", "properties": {"accepted": {"type": "integer"}, "rejected": {"type": "array"}}}
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Tally ingest",
+            "version": tally.__version__,
+            "description": "Beacon endpoint; wire format in ingest/PAYLOAD.md.",
+        },
+        "paths": {
+            "/api/event": {
+                "post": {
+                    "summary": "Record one event or a batch",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"text/plain": {"schema": body_schema}, "application/json": {"schema": body_schema}},
+                    },
+                    "responses": {
+                        "202": {
+                            "description": "Accepted (safe in Kafka or the local spool)",
+                            "content": {"application/json": {"schema": accepted}},
+                        },
+                        "400": _error("Malformed JSON or empty batch"),
+                        "403": _error("Unknown site, or a page host that does not belong to the site"),
+                        "413": _error("Body or batch too large"),
+                        "415": _error("Unsupported content type"),
+                        "422": _error("Invalid fields"),
+                        "429": _error("Rate limited; see Retry-After"),
+                    },
+                }
+            },
+            "/api/event.gif": {
+                "get": {
+                    "summary": "No-JavaScript fallback: a page view from query parameters, answered with a 1x1 GIF",
+                    "parameters": [
+                        {"name": "s", "in": "query", "required": True, "schema": {"type": "string"}},
+                        {"name": "u", "in": "query", "required": False, "schema": {"type": "string"}},
+                        {"name": "r", "in": "query", "required": False, "schema": {"type": "string"}},
+                    ],
+                    "responses": {
+                        code: {"description": "1x1 GIF", "content": {"image/gif": {}}}
+                        for code in ("202", "400", "403", "422", "429")
+                    },
+                }
+            },
+            "/healthz": {
+                "get": {
+                    "summary": "Liveness; 'degraded' while events are spooled",
+                    "responses": {"200": {"description": "ok or degraded"}},
+                }
+            },
+            "/t.js": {"get": {"summary": "The tracking snippet", "responses": {"200": {"description": "JavaScript"}}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "metrics"}}}},
+        },
+        "components": {"schemas": {"Beacon": beacon}},
+    }

@@ -1,0 +1,144 @@
+"""What ingest does with one request: validate -> enrich -> check site -> rate-limit -> store.
+
+Every refusal becomes a dead letter on ``pageviews.rejected`` (with the payload), and every
+accepted event is acknowledged only once it is durable (:class:`ingest.durable.DurableLog`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter
+
+from ingest.beacon import Beacon, ParsedBody, Rejection
+from ingest.durable import DurableLog
+from ingest.enrich import EnrichError, RequestFacts, enrich
+from ingest.ratelimit import RateLimiter
+from ingest.salts import SaltStore
+from tally.deadletter import dead_letter
+from tally.log import kv
+from tally.schema import PageViewEvent
+from tally.settings import Settings
+
+log = logging.getLogger("tally.ingest")
+
+EVENTS = Counter("tally_ingest_events_total", "Events by outcome (accepted, or the rejection kind)", ["outcome"])
+STORED = Counter("tally_ingest_stored_total", "Accepted events by where they were made durable", ["store"])
+THROTTLED = Counter("tally_ingest_throttled_requests_total", "Requests refused by a rate limit")
+
+
+@dataclass
+class Outcome:
+    """The answer to one request: HTTP status and JSON body, plus headers."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Pipeline:
+    """Per-process ingest state: settings, salts, rate limiter and the durable log."""
+
+    def __init__(self, settings: Settings, store: DurableLog, limiter: RateLimiter) -> None:
+        self.settings = settings
+        self.store = store
+        self.limiter = limiter
+        self.salts = SaltStore(settings.home_dir / "salts")
+
+    async def reject(self, rejection: Rejection, payload: bytes, received_at: int) -> None:
+        """Record one refusal as a dead letter; it is stored as durably as an event."""
+        EVENTS.labels(outcome=rejection.kind).inc()
+        letter = dead_letter(
+            component="tally-ingest",
+            kind=rejection.kind,
+            message=rejection.message,
+            status=rejection.status,
+            received_at=received_at,
+            payload=payload,
+            errors=list(rejection.errors),
+        )
+        await self.store.append([(self.settings.kafka.rejected_topic, None, letter.to_json())])
+
+    async def refuse(self, rejection: Rejection, payload: bytes, received_at: int) -> Outcome:
+        await self.reject(rejection, payload, received_at)
+        return Outcome(rejection.status, rejection.body())
+
+    def _site_check(self, beacon: Beacon, event: PageViewEvent) -> Rejection | None:
+        site = self.settings.site(beacon.s)
+        if site is None:
+            return Rejection(
+                403, "unknown_site", f"site_id {beacon.s!r} is not configured; add it under sites: in conf/"
+            )
+        if site.domains and event.hostname not in site.domains:
+            return Rejection(403, "foreign_host", f"host {event.hostname!r} does not belong to site {beacon.s!r}")
+        return None
+
+    def _enrich_all(
+        self, parsed: ParsedBody, facts: RequestFacts
+    ) -> tuple[list[PageViewEvent], list[tuple[Any, Rejection]]]:
+        salt = self.salts.salt_for(facts.ts_received)
+        events: list[PageViewEvent] = []
+        invalid = list(parsed.invalid)
+        for beacon in parsed.beacons:
+            site = self.settings.site(beacon.s)
+            try:
+                event = enrich(beacon, facts, salt=salt, hash_routing=bool(site and site.hash_routing))
+            except EnrichError as e:
+                error = {"field": "u (url)", "error": str(e)}
+                invalid.append((beacon.model_dump(), Rejection(422, "invalid_url", str(e), (error,))))
+                continue
+            refusal = self._site_check(beacon, event)
+            if refusal:
+                invalid.append((beacon.model_dump(), refusal))
+            else:
+                events.append(event)
+        return events, invalid
+
+    def _rate_limit(self, events: list[PageViewEvent], now_ms: int) -> Rejection | None:
+        if not events:
+            return None
+        first = events[0]
+        site = self.settings.site(first.site_id)
+        assert site is not None, "events reach the rate limiter only for configured sites"
+        verdict = self.limiter.check(
+            client_hash=first.client_hash,
+            site_id=first.site_id,
+            now_ms=now_ms,
+            events=len(events),
+            pageviews=sum(e.type == "pageview" for e in events),
+            client_limit_per_hour=self.settings.client_limit(site),
+        )
+        if verdict.allowed:
+            return None
+        THROTTLED.inc()
+        return Rejection(429, "rate_limited", verdict.reason, retry_after_s=verdict.retry_after_s)
+
+    async def accept(self, parsed: ParsedBody, facts: RequestFacts) -> Outcome:
+        """Enrich, check and store the valid beacons of a request; dead-letter the rest."""
+        events, invalid = self._enrich_all(parsed, facts)
+        throttled = self._rate_limit(events, facts.ts_received)
+        if throttled is not None:
+            invalid += [(json.loads(e.to_json()), throttled) for e in events]
+            events = []
+        for item, rejection in invalid:
+            await self.reject(rejection, json.dumps(item, default=str).encode(), facts.ts_received)
+        if events:
+            topic = self.settings.kafka.pageviews_topic
+            where = await self.store.append([(topic, e.visitor_id.encode(), e.to_json()) for e in events])
+            EVENTS.labels(outcome="accepted").inc(len(events))
+            STORED.labels(store=where).inc(len(events))
+        if not events:
+            first = invalid[0][1]
+            headers = {"Retry-After": str(first.retry_after_s)} if first.retry_after_s else {}
+            return Outcome(first.status, first.body(), headers)
+        body: dict[str, Any] = {"accepted": len(events)}
+        if parsed.is_batch and invalid:
+            body["rejected"] = [r.body() for _, r in invalid]
+        return Outcome(202, body)
+
+
+def log_startup(settings: Settings) -> None:
+    log.info("ingest ready", extra=kv(kafka=settings.kafka.servers, sites=len(settings.sites)))
