@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     settings = load_settings()
     # Several workers: each writes its Prometheus counters here, /metrics sums them.
-    metrics_dir = settings.home_dir / "ingest-metrics"
+    port = args.port or settings.ingest.port
+    metrics_dir = settings.home_dir / "ingest-metrics" / str(port)  # one per server, shared by its workers
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
         "ingest.app:create_app",
         factory=True,
         host=settings.ingest.host,
-        port=args.port or settings.ingest.port,
+        port=port,
         workers=args.workers or settings.ingest.workers,
         log_level="warning",
         access_log=False,

@@ -41,19 +41,22 @@ PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRA
 
 
 class TooLarge(Exception):
-    pass
+    """The body passed the cap; carries its size (as far as known) and its first bytes."""
+
+    def __init__(self, size: int, head: bytes) -> None:
+        super().__init__(size)
+        self.size, self.head = size, head
 
 
 async def read_capped(request: Request, limit: int) -> bytes:
-    """The request body, refusing (without reading it all) anything over ``limit`` bytes."""
+    """The request body, refusing anything over ``limit`` bytes without reading much past it."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise TooLarge(int(declared))
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise TooLarge(len(body))
+            size = int(declared) if declared.isdigit() else len(body)
+            raise TooLarge(size, bytes(body))
     return bytes(body)
 
 
@@ -115,8 +118,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
         try:
             body = await read_capped(request, limit)
         except TooLarge as e:
-            rejection = Rejection(413, "body_too_large", f"body exceeds {limit} bytes (got at least {e.args[0]})")
-            return _json(await pipeline.refuse(rejection, b"", received_at))
+            rejection = Rejection(413, "body_too_large", f"body exceeds {limit} bytes (got {e.size})")
+            # The dead letter keeps the head of the body (truncated, and marked so) for recovery.
+            return _json(await pipeline.refuse(rejection, e.head, received_at))
         if content_type not in ACCEPTED_TYPES:
             rejection = Rejection(415, "unsupported_media_type", "send the event as text/plain or application/json")
             return _json(await pipeline.refuse(rejection, body, received_at))

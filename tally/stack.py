@@ -23,7 +23,8 @@ log = logging.getLogger("tally.stack")
 ORDER = ("broker", "ingest", "archiver", "views", "dashboard", "traffic")
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
+    """True when GET url answers 200 (False while the server is not up yet)."""
     try:
         return httpx.get(url, timeout=1.0).status_code == 200
     except httpx.HTTPError:
@@ -54,7 +55,7 @@ def services(settings: Settings) -> dict[str, Service]:
         "ingest",
         [py, "-m", "ingest"],
         port=settings.ingest.port,
-        ready=lambda: _http_ok(ingest_url(settings) + "/healthz"),
+        ready=lambda: http_ok(ingest_url(settings) + "/healthz"),
     )
     found["archiver"] = Service("archiver", [py, "-m", "archiver"])
     found["views"] = Service("views", [py, "-m", "jobs.streaming"])
@@ -78,7 +79,7 @@ def services(settings: Settings) -> dict[str, Service]:
             "viewer",
         ],
         port=settings.dashboard.port,
-        ready=lambda: _http_ok(dashboard_url(settings) + "/_stcore/health"),
+        ready=lambda: http_ok(dashboard_url(settings) + "/_stcore/health"),
     )
     found["traffic"] = Service("traffic", [py, "-m", "traffic"])
     return found

@@ -1,0 +1,89 @@
+"""Rate limits across two separate ingest processes sharing one Kafka."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from confluent_kafka import Producer
+
+from ingest.enrich import client_hash
+from tally.processes import Service, Supervisor
+from tally.settings import Settings
+from tally.stack import http_ok
+from tests.integration.conftest import free_ports, wait_for
+from tests.integration.kafka_reader import read_topic
+
+LIMIT = 5
+
+
+@pytest.fixture(scope="module")
+def two_ingests(settings: Settings, supervisor: Supervisor, kafka: str) -> Iterator[list[str]]:
+    urls = []
+    for name, port in zip(("ingest-a", "ingest-b"), free_ports(2), strict=True):
+        url = f"http://127.0.0.1:{port}"
+        supervisor.start(
+            Service(
+                name,
+                [sys.executable, "-m", "ingest", "--port", str(port)],
+                port=port,
+                env={"TALLY_RATELIMIT__CLIENT_PAGEVIEWS_PER_HOUR": str(LIMIT)},
+                ready=lambda u=url: http_ok(u + "/healthz"),
+            )
+        )
+        urls.append(url)
+    yield urls
+    for name in ("ingest-a", "ingest-b"):
+        supervisor.stop(name)
+
+
+def send(url: str, site: str, ip: str) -> httpx.Response:
+    now = int(time.time() * 1000)
+    body = {"id": str(uuid.uuid4()), "s": site, "u": f"https://{site}/", "te": now, "ts": now}
+    headers = {"Content-Type": "text/plain", "X-Forwarded-For": ip, "User-Agent": "Mozilla/5.0 Firefox/133.0"}
+    return httpx.post(url + "/api/event", content=json.dumps(body), headers=headers, timeout=10)
+
+
+def test_a_client_over_its_hourly_page_views_gets_429_and_a_dead_letter(
+    settings: Settings, two_ingests: list[str]
+) -> None:
+    site, ip = settings.sites[0].site_id, "203.0.113.50"
+    statuses = [send(two_ingests[0], site, ip).status_code for _ in range(LIMIT)]
+    assert statuses == [202] * LIMIT
+    refused = send(two_ingests[0], site, ip)
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["Retry-After"]) <= 3600
+    assert refused.json()["error"] == "rate_limited"
+    assert send(two_ingests[0], site, "203.0.113.51").status_code == 202  # another client is unaffected
+    letters = [json.loads(v) for _, v in read_topic(settings.kafka.servers, settings.kafka.rejected_topic)]
+    assert any(d["kind"] == "rate_limited" and d["status"] == 429 for d in letters)
+    metrics = httpx.get(two_ingests[0] + "/metrics").text
+    assert "tally_ingest_throttled_requests_total 1.0" in metrics
+
+
+def test_a_block_published_on_kafka_is_honoured_by_every_ingest_within_30_s(
+    settings: Settings, two_ingests: list[str]
+) -> None:
+    site, ip = settings.sites[0].site_id, "203.0.113.77"
+    assert all(send(url, site, ip).status_code == 202 for url in two_ingests)
+    day = dt.datetime.now(dt.UTC).date().isoformat()
+    salt = bytes.fromhex((settings.home_dir / "salts" / f"{day}.salt").read_text().strip())
+    producer = Producer({"bootstrap.servers": settings.kafka.servers})
+    until = int(time.time() * 1000) + 120_000
+    producer.produce(
+        settings.kafka.ratelimit_topic,
+        key=client_hash(salt, ip).encode(),
+        value=json.dumps({"blocked_until": until}).encode(),
+    )
+    producer.flush(10)
+    published = time.monotonic()
+    for url in two_ingests:
+        wait_for(lambda u=url: send(u, site, ip).status_code == 429, 30, f"{url} to honour the block")
+    assert time.monotonic() - published <= 30
+    assert all(httpx.get(url + "/healthz").json()["blocked_clients"] >= 1 for url in two_ingests)
