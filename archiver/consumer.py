@@ -17,8 +17,9 @@ import signal
 import time
 from types import FrameType
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from archiver.dedup import SeenIds
 from archiver.tables import RAW_REJECTED_SCHEMA, ArchiveTable, TableBatch, raw_pageviews_schema
 from tally.deadletter import DeadLetter, dead_letter
 from tally.log import kv
@@ -84,20 +85,34 @@ class Archiver:
             }
         )
         self._stopping = False
+        self.seen = SeenIds(settings.archiver.dedup_days)
+        loaded = self.seen.load(self.raw.uri, _utc_date(_now_ms()))
+        log.info("dedup state loaded", extra=kv(event_ids=loaded, days=settings.archiver.dedup_days))
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Resume each partition where its table's last commit says, not where Kafka does."""
-        for tp in partitions:
-            table = self.raw if tp.topic == self.events_topic else self.rejected
-            stored = table.next_offset(tp.topic, tp.partition)
-            tp.offset = stored if stored is not None else 0  # 0 = earliest retained if compacted away
-            log.info("partition assigned", extra=kv(topic=tp.topic, partition=tp.partition, offset=tp.offset))
-        consumer.assign(partitions)
+    def _positions(self) -> list[TopicPartition]:
+        """Every partition of both topics, at the offset its table's last commit recorded.
+
+        Partitions are assigned directly rather than through a group rebalance: a restarted
+        archiver resumes at once instead of waiting out the dead one's session timeout. The
+        resume point comes from Delta, not from Kafka's committed offsets.
+        """
+        positions = []
+        for topic in (self.events_topic, self.rejected_topic):
+            metadata = self.consumer.list_topics(topic, timeout=30).topics[topic]
+            if metadata.error is not None:
+                raise RuntimeError(f"topic {topic!r} is not available ({metadata.error}); is Kafka up (tally status)?")
+            table = self.raw if topic == self.events_topic else self.rejected
+            for partition in sorted(metadata.partitions):
+                stored = table.next_offset(topic, partition)
+                offset = stored if stored is not None else OFFSET_BEGINNING
+                positions.append(TopicPartition(topic, partition, offset))
+                log.info("partition assigned", extra=kv(topic=topic, partition=partition, offset=offset))
+        return positions
 
     def route(self, messages: list[Message]) -> tuple[TableBatch, TableBatch]:
         """Split messages into raw rows and rejected rows, skipping those a table already has."""
         raw, rejected = TableBatch(), TableBatch()
-        seen: set[str] = set()
+        duplicates = 0
         floors: dict[tuple[str, int, str], int] = {}
 
         def floor(table: ArchiveTable, topic: str, partition: int) -> int:
@@ -128,17 +143,34 @@ class Archiver:
                     )
                     rejected.add(rejected_row(letter, topic, partition, offset), topic, partition, offset)
                 continue
-            if offset < floor(self.raw, topic, partition) or event.event_id in seen:
-                continue  # already archived (replay after a crash) or a duplicate in this batch
-            seen.add(event.event_id)
-            raw.add(event_row(event, partition, offset), topic, partition, offset)
+            if offset < floor(self.raw, topic, partition):
+                continue  # already archived: a replay after a crash
+            row = event_row(event, partition, offset)
+            date = row["event_date"]
+            assert isinstance(date, dt.date)
+            if self.seen.seen(event.event_id, date):
+                duplicates += 1  # the same event_id twice in Kafka (a retry): archived once
+                raw.advance(topic, partition, offset)
+                continue
+            self.seen.add(event.event_id, date)
+            raw.add(row, topic, partition, offset)
+        if duplicates:
+            log.info("duplicates dropped", extra=kv(events=duplicates))
         return raw, rejected
 
     def archive(self, messages: list[Message]) -> int:
         """Write one batch: raw.rejected first, then raw.pageviews (see README: exactly once)."""
         raw, rejected = self.route(messages)
-        self.rejected.append(rejected)
-        self.raw.append(raw)
+        try:
+            self.rejected.append(rejected)
+            self.raw.append(raw)
+        except Exception:
+            # The ids were marked seen before the commit; a failed commit must not make their
+            # replay look like duplicates, so rebuild the state from the table and re-raise.
+            self.seen = SeenIds(self.settings.archiver.dedup_days)
+            self.seen.load(self.raw.uri, _utc_date(_now_ms()))
+            raise
+        self.seen.forget_before(_utc_date(_now_ms()))
         offsets: dict[tuple[str, int], int] = {}
         for msg in messages:
             topic, partition, offset = position(msg)
@@ -156,7 +188,7 @@ class Archiver:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         a = self.settings.archiver
-        self.consumer.subscribe([self.events_topic, self.rejected_topic], on_assign=self._on_assign)
+        self.consumer.assign(self._positions())
         log.info("archiver started", extra=kv(kafka=self.settings.kafka.servers, warehouse=self.settings.warehouse_uri))
         try:
             while not self._stopping:

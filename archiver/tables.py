@@ -68,6 +68,10 @@ class TableBatch:
 
     def add(self, row: dict[str, object], topic: str, partition: int, offset: int) -> None:
         self.rows.append(row)
+        self.advance(topic, partition, offset)
+
+    def advance(self, topic: str, partition: int, offset: int) -> None:
+        """Count a message as handled by this table even though it adds no row (a duplicate)."""
         key = (topic, partition)
         self.next_offsets[key] = max(self.next_offsets.get(key, 0), offset + 1)
 
@@ -101,7 +105,7 @@ class ArchiveTable:
 
     def append(self, batch: TableBatch) -> None:
         """Append rows and their offsets in one atomic Delta commit."""
-        if not batch.rows:
+        if not batch.rows and not batch.next_offsets:
             return
         data = pa.Table.from_pylist(batch.rows, schema=self.schema)
         txns = [Transaction(app_id(t, p), offset) for (t, p), offset in batch.next_offsets.items()]

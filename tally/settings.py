@@ -84,6 +84,7 @@ class RateLimitSettings:
 class ArchiverSettings:
     max_batch: int = 20000
     max_wait_seconds: float = 2.0
+    dedup_days: int = 2
 
 
 @dataclass(frozen=True)
