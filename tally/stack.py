@@ -6,6 +6,7 @@ Spark checkpoints under ``<home>``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from dataclasses import dataclass
@@ -39,8 +40,12 @@ def dashboard_url(settings: Settings) -> str:
     return f"http://{settings.dashboard.host}:{settings.dashboard.port}"
 
 
-def services(settings: Settings) -> dict[str, Service]:
-    """Every service the stack can run, keyed by name, in start order."""
+def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str, Service]:
+    """Every service the stack can run, keyed by name, in start order.
+
+    ``env`` is added to each child's environment (e.g. the TALLY_* overrides that produced
+    ``settings``, when they are not in this process's own environment).
+    """
     py = sys.executable
     found: dict[str, Service] = {}
     if settings.kafka.bundled:
@@ -82,7 +87,7 @@ def services(settings: Settings) -> dict[str, Service]:
         ready=lambda: http_ok(dashboard_url(settings) + "/_stcore/health"),
     )
     found["traffic"] = Service("traffic", [py, "-m", "traffic"])
-    return found
+    return {name: dataclasses.replace(service, env=env or {}) for name, service in found.items()}
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import sys
 import time
@@ -34,7 +35,7 @@ def two_ingests(settings: Settings, supervisor: Supervisor, kafka: str) -> Itera
                 [sys.executable, "-m", "ingest", "--port", str(port)],
                 port=port,
                 env={"TALLY_RATELIMIT__CLIENT_PAGEVIEWS_PER_HOUR": str(LIMIT)},
-                ready=lambda u=url: http_ok(u + "/healthz"),
+                ready=functools.partial(http_ok, url + "/healthz"),
             )
         )
         urls.append(url)
@@ -84,6 +85,7 @@ def test_a_block_published_on_kafka_is_honoured_by_every_ingest_within_30_s(
     producer.flush(10)
     published = time.monotonic()
     for url in two_ingests:
-        wait_for(lambda u=url: send(u, site, ip).status_code == 429, 30, f"{url} to honour the block")
+        refused = functools.partial(lambda u: send(u, site, ip).status_code == 429, url)
+        wait_for(refused, 30, f"{url} to honour the block")
     assert time.monotonic() - published <= 30
     assert all(httpx.get(url + "/healthz").json()["blocked_clients"] >= 1 for url in two_ingests)

@@ -1,0 +1,93 @@
+"""Stop the broker under traffic: ingest keeps answering 202 (spool), and once the broker is
+back every event reaches Kafka and raw.pageviews exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from deltalake import DeltaTable
+
+from tally import broker
+from tally.processes import Supervisor
+from tally.settings import Settings, load_settings
+from tally.stack import services
+from tests.integration.conftest import stack_env, wait_for
+from tests.integration.kafka_reader import read_topic
+
+
+@pytest.fixture
+def own_stack(tmp_path: Path) -> Iterator[tuple[Settings, Supervisor, dict[str, str]]]:
+    """Broker, ingest and archiver of their own, so stopping this broker affects no other test."""
+    env = stack_env(tmp_path / "home")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    settings = load_settings()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key)
+        else:
+            os.environ[key] = value
+    sup = Supervisor(settings.home_dir)
+    table = services(settings, env)
+    broker.ensure_formatted(settings)
+    sup.start(table["broker"])
+    broker.ensure_topics(settings)
+    sup.start(table["ingest"])
+    sup.start(table["archiver"])
+    try:
+        yield settings, sup, env
+    finally:
+        for name in ("archiver", "ingest", "broker"):
+            sup.stop(name)
+
+
+def send(url: str, site: str, event_id: str) -> int:
+    now = int(time.time() * 1000)
+    body = {"id": event_id, "s": site, "u": f"https://{site}/outage", "te": now, "ts": now}
+    headers = {"Content-Type": "text/plain", "User-Agent": "Mozilla/5.0 Firefox/133.0"}
+    return httpx.post(url + "/api/event", content=json.dumps(body), headers=headers, timeout=30).status_code
+
+
+def test_a_broker_outage_loses_no_event_and_doubles_none(
+    own_stack: tuple[Settings, Supervisor, dict[str, str]],
+) -> None:
+    settings, sup, env = own_stack
+    url, site = f"http://127.0.0.1:{settings.ingest.port}", settings.sites[0].site_id
+    ids = [str(uuid.uuid4()) for _ in range(150)]
+    assert [send(url, site, i) for i in ids[:50]] == [202] * 50
+
+    sup.stop("broker")
+    assert [send(url, site, i) for i in ids[50:]] == [202] * 100  # safe in the spool meanwhile
+    health = httpx.get(url + "/healthz").json()
+    assert health["status"] == "degraded" and health["spooled"] >= 1
+
+    sup.start(services(settings, env)["broker"])
+    wait_for(lambda: httpx.get(url + "/healthz").json()["status"] == "ok", 90, "ingest to replay its spool")
+
+    in_kafka = Counter(
+        json.loads(v)["event_id"] for _, v in read_topic(settings.kafka.servers, settings.kafka.pageviews_topic)
+    )
+    assert set(ids) <= set(in_kafka), f"lost in Kafka: {len(set(ids) - set(in_kafka))}"
+
+    def raw_ids() -> Counter[str]:
+        try:
+            return Counter(
+                DeltaTable(settings.table_uri("raw.pageviews"))
+                .to_pyarrow_table(columns=["event_id"])
+                .column("event_id")
+                .to_pylist()
+            )
+        except Exception:
+            return Counter()
+
+    wait_for(lambda: set(ids) <= set(raw_ids()), 90, "every event in raw.pageviews")
+    counts = raw_ids()
+    assert all(counts[i] == 1 for i in ids), "an event was archived twice"
