@@ -29,7 +29,7 @@ class EventLog:
                 "enable.idempotence": True,
                 "acks": "all",
                 "compression.type": "lz4",
-                "linger.ms": 5,
+                "linger.ms": 2,
                 "message.timeout.ms": delivery_timeout_ms,
                 "client.id": "tally-ingest",
             }
@@ -45,14 +45,18 @@ class EventLog:
     async def append(self, records: list[Record]) -> None:
         """Append ``(topic, key, value)`` records; return when Kafka acknowledged all, else raise."""
         loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[None]] = []
+        done: asyncio.Future[None] = loop.create_future()
+        pending = [len(records)]
+        errors: list[str] = []
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:  # runs on the poll thread
+            if err is not None:
+                errors.append(str(err))
+            pending[0] -= 1
+            if pending[0] == 0:
+                loop.call_soon_threadsafe(_settle, done, "; ".join(errors[:3]) or None)
+
         for topic, key, value in records:
-            future: asyncio.Future[None] = loop.create_future()
-            futures.append(future)
-
-            def delivered(err: KafkaError | None, _msg: Message, f: asyncio.Future[None] = future) -> None:
-                loop.call_soon_threadsafe(_settle, f, err)
-
             while True:
                 try:
                     self._producer.produce(topic, value=value, key=key, on_delivery=delivered)
@@ -60,7 +64,7 @@ class EventLog:
                 except BufferError:
                     # Local queue full: wait for deliveries (backpressure, never drop).
                     await asyncio.sleep(0.01)
-        await asyncio.gather(*futures)
+        await done
 
     def close(self, timeout: float = 10.0) -> int:
         """Flush outstanding records; return how many could not be delivered."""
@@ -70,10 +74,10 @@ class EventLog:
         return remaining
 
 
-def _settle(future: asyncio.Future[Any], err: KafkaError | None) -> None:
+def _settle(future: asyncio.Future[Any], error: str | None) -> None:
     if future.done():
         return
-    if err is None:
+    if error is None:
         future.set_result(None)
     else:
-        future.set_exception(AppendFailed(str(err)))
+        future.set_exception(AppendFailed(error))
