@@ -40,8 +40,9 @@ class SeenIds:
         except TableNotFoundError:
             return 0
         since = today - dt.timedelta(days=self.horizon_days)
-        data = table.to_pyarrow_dataset().to_table(columns=["event_id", "event_date"],
-                                                   filter=pc.field("event_date") >= since)
+        data = table.to_pyarrow_dataset().to_table(
+            columns=["event_id", "event_date"], filter=pc.field("event_date") >= since
+        )
         loaded = 0
         for date in set(data.column("event_date").to_pylist()):
             ids = data.filter(pc.equal(data.column("event_date"), date)).column("event_id").to_pylist()

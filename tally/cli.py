@@ -40,6 +40,9 @@ def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.lag import archive_lag
+    from tally.broker import broker_answers
+
     rows = Stack(settings).status()
     print(f"{'SERVICE':<10} {'STATE':<8} {'PID':>7}  {'PORT':>5}  LOG")
     for row in rows:
@@ -48,6 +51,66 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         port = str(row.port) if row.port else "-"
         print(f"{row.name:<10} {state:<8} {pid:>7}  {port:>5}  {row.log}")
     print(f"\nkafka: {settings.kafka.servers}  warehouse: {settings.warehouse_uri}")
+    if broker_answers(settings.kafka.servers):
+        lag = archive_lag(settings)
+        for topic in (settings.kafka.pageviews_topic, settings.kafka.rejected_topic):
+            parts = {p: n for (t, p), n in lag.items() if t == topic}
+            detail = " ".join(f"p{p}={n}" for p, n in sorted(parts.items()))
+            print(f"archive lag {topic}: {sum(parts.values())} messages ({detail})")
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.catalog import register_tables
+    from tally.spark import spark_session
+
+    spark = spark_session(settings, "tally-sql")
+    tables = register_tables(spark, settings)
+    if not tables:
+        print("no tables yet: start the stack (tally up) and send some events first", file=sys.stderr)
+        return 1
+    result = spark.sql(args.query)
+    result.show(n=args.limit, truncate=not args.no_truncate)
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
+    import datetime as dt
+
+    from archiver.maintenance import forget
+    from tally.processes import Supervisor
+    from tally.stack import services
+
+    if not (args.visitor or args.before):
+        print("tally forget: give --visitor (with --site) or --before DATE", file=sys.stderr)
+        return 2
+    before = dt.date.fromisoformat(args.before) if args.before else None
+    supervisor = Supervisor(settings.home_dir)
+    # VACUUM with zero retention must not race the archiver's own uncommitted files: pause it.
+    paused = supervisor.stop("archiver")
+    try:
+        report = forget(settings, site_id=args.site, visitor_id=args.visitor, before=before)
+    finally:
+        if paused:
+            supervisor.start(services(settings)["archiver"])
+    for table, rows in report.rows_deleted.items():
+        print(f"{table}: {rows} rows deleted, {report.files_removed[table]} files removed from storage")
+    print(
+        f"Kafka still holds these events until its retention ({settings.kafka.retention_hours} h) expires;"
+        " the log cannot delete single records. Aggregate tables hold counts only, no visitor ids;"
+        " recompute the affected dates with a backfill once it exists (see README, Operations)."
+    )
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.maintenance import maintain
+
+    for r in maintain(settings, vacuum_hours=args.vacuum_hours, retention_days=args.retention_days):
+        print(
+            f"{r.table}: {r.files_compacted} small files compacted, {r.files_vacuumed} old files vacuumed, "
+            f"{r.rows_expired} rows past retention deleted"
+        )
     return 0
 
 
@@ -78,6 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--traffic", action="store_true", help="also run the synthetic traffic generator")
     add("down", cmd_down, "Stop every process `tally up` started (and only those).")
     add("status", cmd_status, "Show which services run, with PID, port and log file.")
+    sql = add("sql", cmd_sql, "Run Spark SQL over the Delta tables (raw.pageviews, raw.rejected, agg.*).")
+    sql.add_argument("query", help='e.g. "SELECT path, COUNT(*) FROM raw.pageviews GROUP BY path"')
+    sql.add_argument("--limit", type=int, default=50, help="rows to show (default 50)")
+    sql.add_argument("--no-truncate", action="store_true", help="show full cell values")
+    forget = add("forget", cmd_forget, "Delete a visitor's events (or all before a date) from Delta, and VACUUM.")
+    forget.add_argument("--site", help="site_id the visitor belongs to")
+    forget.add_argument("--visitor", help="visitor_id to delete")
+    forget.add_argument("--before", help="delete every event dated before this day (YYYY-MM-DD)")
+    maintain = add("maintain", cmd_maintain, "Compact small files, expire old raw rows, VACUUM the raw tables.")
+    maintain.add_argument("--vacuum-hours", type=int, default=168, help="keep unreferenced files this long")
+    maintain.add_argument("--retention-days", type=int, default=0, help="delete raw rows older than this; 0 = keep")
     traffic = add("traffic", cmd_traffic, "Send realistic synthetic beacons to the ingest endpoint.")
     traffic.add_argument("--rate", type=float, help="beacons per second (default: traffic.rate)")
     traffic.add_argument("--duration", type=float, default=0, help="seconds to run; 0 = until Ctrl-C")

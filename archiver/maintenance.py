@@ -1,0 +1,95 @@
+"""Keeping the raw tables healthy and lawful: compaction, VACUUM, retention, forgetting a visitor.
+
+All with delta-rs on the raw tables the archiver writes. Deletes are new Delta versions;
+VACUUM then removes the files that held the deleted rows, so the data is really gone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from dataclasses import dataclass
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from tally.log import kv
+from tally.settings import Settings
+
+log = logging.getLogger("tally.archiver.maintenance")
+
+RAW_TABLES = {"raw.pageviews": "event_date", "raw.rejected": "rejected_date"}
+
+
+def _open(settings: Settings, name: str) -> DeltaTable | None:
+    try:
+        return DeltaTable(settings.table_uri(name))
+    except TableNotFoundError:
+        return None
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal; ids are hex or site names, anything else is refused outright."""
+    if not re.fullmatch(r"[A-Za-z0-9._:-]{1,253}", text):
+        raise ValueError(f"{text!r} is not a valid site or visitor id")
+    return f"'{text}'"
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    table: str
+    files_compacted: int
+    files_vacuumed: int
+    rows_expired: int
+
+
+def maintain(settings: Settings, *, vacuum_hours: int, retention_days: int) -> list[MaintenanceReport]:
+    """Compact small files, drop rows past retention (0 = keep forever), VACUUM old files."""
+    reports = []
+    today = dt.datetime.now(dt.UTC).date()
+    for name, date_column in RAW_TABLES.items():
+        table = _open(settings, name)
+        if table is None:
+            continue
+        expired = 0
+        if retention_days > 0:
+            cutoff = today - dt.timedelta(days=retention_days)
+            expired = int(table.delete(f"{date_column} < '{cutoff.isoformat()}'").get("num_deleted_rows", 0))
+        compacted = table.optimize.compact()
+        vacuumed = table.vacuum(retention_hours=vacuum_hours, dry_run=False, enforce_retention_duration=False)
+        report = MaintenanceReport(name, int(compacted.get("numFilesRemoved", 0)), len(vacuumed), expired)
+        log.info("table maintained", extra=kv(**report.__dict__))
+        reports.append(report)
+    return reports
+
+
+@dataclass(frozen=True)
+class ForgetReport:
+    rows_deleted: dict[str, int]
+    files_removed: dict[str, int]
+
+
+def forget(settings: Settings, *, site_id: str | None, visitor_id: str | None, before: dt.date | None) -> ForgetReport:
+    """Delete a visitor's events (or everything before a date) and VACUUM the files away now."""
+    assert visitor_id or before, "forget needs a visitor or a date"
+    deleted, removed = {}, {}
+    for name, date_column in RAW_TABLES.items():
+        clauses = []
+        if before is not None:
+            clauses.append(f"{date_column} < '{before.isoformat()}'")
+        if visitor_id is not None:
+            if name == "raw.rejected":
+                continue  # dead letters hold raw beacons, which carry no visitor id
+            clauses.append(f"visitor_id = {_literal(visitor_id)}")
+        if site_id is not None and name == "raw.pageviews":
+            clauses.append(f"site_id = {_literal(site_id)}")
+        table = _open(settings, name)
+        if table is None:
+            continue
+        metrics = table.delete(" AND ".join(clauses))
+        deleted[name] = int(metrics.get("num_deleted_rows", 0))
+        # Retention 0: the files that held the rows go now, not after the usual 7 days.
+        removed[name] = len(table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False))
+    log.info("forgotten", extra=kv(site=site_id, visitor=visitor_id, before=str(before), rows=deleted))
+    return ForgetReport(deleted, removed)

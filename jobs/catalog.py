@@ -1,0 +1,27 @@
+"""Register the warehouse's Delta tables in a Spark session, so SQL can say ``raw.pageviews``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tally.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+TABLES = ("raw.pageviews", "raw.rejected", "agg.pageviews_1m")
+
+
+def register_tables(spark: SparkSession, settings: Settings) -> list[str]:
+    """Create ``raw``/``agg`` databases and external Delta tables over the warehouse paths."""
+    registered = []
+    for name in TABLES:
+        uri = settings.table_uri(name)
+        if "://" not in uri and not (Path(uri) / "_delta_log").exists():
+            continue  # not written yet
+        schema = name.split(".")[0]
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION '{uri}'")
+        registered.append(name)
+    return registered

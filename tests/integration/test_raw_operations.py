@@ -1,0 +1,108 @@
+"""Operating the raw archive: forget a visitor (really gone from storage), maintenance, SQL, lag."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from confluent_kafka import Producer
+from deltalake import DeltaTable
+
+from tally.schema import PageViewEvent
+from tally.settings import Settings
+from tests.integration.conftest import wait_for
+
+
+def tally(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tally", *args], capture_output=True, text=True, timeout=300, env=dict(os.environ)
+    )
+
+
+def produce(settings: Settings, site: str, visitor: str, count: int) -> list[str]:
+    producer = Producer({"bootstrap.servers": settings.kafka.servers})
+    ids = []
+    for _ in range(count):
+        now = int(time.time() * 1000)
+        e = PageViewEvent(
+            event_id=str(uuid.uuid4()),
+            type="pageview",
+            site_id=site,
+            url=f"https://{site}/f",
+            hostname=site,
+            path="/f",
+            ts_event=now,
+            ts_sent=now,
+            ts_received=now,
+            event_time=now,
+            visitor_id=visitor,
+        )
+        producer.produce(settings.kafka.pageviews_topic, key=visitor.encode(), value=e.to_json())
+        ids.append(e.event_id)
+    producer.flush(10)
+    return ids
+
+
+def visitor_rows_in_every_file(table_dir: Path, visitor: str) -> int:
+    """Rows of the visitor in any parquet file on disk, referenced by the table or not."""
+    return sum(
+        pq.read_table(f, columns=["visitor_id"]).column("visitor_id").to_pylist().count(visitor)
+        for f in table_dir.rglob("*.parquet")
+    )
+
+
+def rows_of(settings: Settings, visitor: str) -> int:
+    try:
+        table = DeltaTable(settings.table_uri("raw.pageviews")).to_pyarrow_table(columns=["visitor_id"])
+    except Exception:
+        return 0
+    return table.column("visitor_id").to_pylist().count(visitor)
+
+
+def test_forgetting_a_visitor_removes_their_rows_from_storage_and_keeps_others(
+    settings: Settings, archiver: None
+) -> None:
+    site = settings.sites[0].site_id
+    forgotten, kept = uuid.uuid4().hex, uuid.uuid4().hex
+    produce(settings, site, forgotten, 30)
+    produce(settings, site, kept, 20)
+    wait_for(lambda: rows_of(settings, forgotten) == 30 and rows_of(settings, kept) == 20, 60, "both visitors in raw")
+    table_dir = Path(settings.table_uri("raw.pageviews"))
+    assert visitor_rows_in_every_file(table_dir, forgotten) == 30
+
+    result = tally("forget", "--site", site, "--visitor", forgotten)
+    assert result.returncode == 0, result.stderr
+    assert "raw.pageviews: 30 rows deleted" in result.stdout and "retention" in result.stdout
+    assert rows_of(settings, forgotten) == 0 and rows_of(settings, kept) == 20
+    assert visitor_rows_in_every_file(table_dir, forgotten) == 0  # the old files are gone, not just unreferenced
+    assert "running" in [
+        line.split()[1] for line in tally("status").stdout.splitlines() if line.startswith("archiver")
+    ]  # paused for the VACUUM, then restarted
+
+
+def test_maintenance_compacts_without_changing_the_data_and_status_shows_lag(
+    settings: Settings, archiver: None
+) -> None:
+    uri = settings.table_uri("raw.pageviews")
+    wait_for(lambda: Path(uri).exists(), 60, "the raw table")
+    before = DeltaTable(uri).to_pyarrow_table(columns=["event_id"]).num_rows
+    result = tally("maintain")
+    assert result.returncode == 0, result.stderr
+    assert "raw.pageviews:" in result.stdout and "small files compacted" in result.stdout
+    assert DeltaTable(uri).to_pyarrow_table(columns=["event_id"]).num_rows >= before
+    status = tally("status").stdout
+    assert f"archive lag {settings.kafka.pageviews_topic}:" in status
+
+
+def test_sql_queries_the_tables_including_time_travel(settings: Settings, archiver: None) -> None:
+    wait_for(lambda: Path(settings.table_uri("raw.pageviews")).exists(), 60, "the raw table")
+    now = tally("sql", "SELECT COUNT(*) AS n FROM raw.pageviews")
+    assert now.returncode == 0, now.stderr
+    assert "| n|" in now.stdout.replace(" ", "") or "|n|" in now.stdout.replace(" ", "")
+    first = tally("sql", "SELECT COUNT(*) AS n FROM raw.pageviews VERSION AS OF 0")
+    assert first.returncode == 0, first.stderr
