@@ -61,7 +61,7 @@ def rows_of(settings: Settings, visitor: str) -> int:
         table = DeltaTable(settings.table_uri("raw.pageviews")).to_pyarrow_table(columns=["visitor_id"])
     except Exception:
         return 0
-    return table.column("visitor_id").to_pylist().count(visitor)
+    return int(table.column("visitor_id").to_pylist().count(visitor))
 
 
 def test_forgetting_a_visitor_removes_their_rows_from_storage_and_keeps_others(
