@@ -113,13 +113,9 @@ class Archiver:
         """Split messages into raw rows and rejected rows, skipping those a table already has."""
         raw, rejected = TableBatch(), TableBatch()
         duplicates = 0
-        floors: dict[tuple[str, int, str], int] = {}
 
         def floor(table: ArchiveTable, topic: str, partition: int) -> int:
-            key = (topic, partition, table.uri)
-            if key not in floors:
-                floors[key] = table.next_offset(topic, partition) or 0
-            return floors[key]
+            return table.next_offset(topic, partition) or 0
 
         for msg in messages:
             topic, partition, offset = position(msg)

@@ -84,6 +84,9 @@ class ArchiveTable:
         self.schema = schema
         self.partition_by = partition_by
         self._table: DeltaTable | None = None
+        # The archiver is the tables' only writer, so after the first read of the Delta log
+        # its own commits keep this exact; no log re-read per batch.
+        self._next: dict[tuple[str, int], int | None] = {}
 
     def _load(self) -> DeltaTable | None:
         if self._table is None:
@@ -97,11 +100,11 @@ class ArchiveTable:
 
     def next_offset(self, topic: str, partition: int) -> int | None:
         """The first offset of (topic, partition) not yet in this table, or None if none is."""
-        table = self._load()
-        if table is None:
-            return None
-        version: int | None = table.transaction_version(app_id(topic, partition))
-        return version
+        key = (topic, partition)
+        if key not in self._next:
+            table = self._load()
+            self._next[key] = None if table is None else table.transaction_version(app_id(topic, partition))
+        return self._next[key]
 
     def append(self, batch: TableBatch) -> None:
         """Append rows and their offsets in one atomic Delta commit."""
@@ -117,3 +120,4 @@ class ArchiveTable:
             schema_mode="merge",  # additive evolution: new optional columns are added
             commit_properties=CommitProperties(app_transactions=txns),
         )
+        self._next.update(batch.next_offsets)
