@@ -129,14 +129,7 @@ class Archiver:
                 event = PageViewEvent.from_json(value)
             except (ValueError, TypeError) as e:
                 if offset >= floor(self.rejected, topic, partition):
-                    letter = dead_letter(
-                        component="tally-archiver",
-                        kind="undecodable_event",
-                        status=0,
-                        message=f"not a v1 PageViewEvent: {e}",
-                        received_at=_now_ms(),
-                        payload=value,
-                    )
+                    letter = undecodable(f"not a v1 PageViewEvent: {e}", value)
                     rejected.add(rejected_row(letter, topic, partition, offset), topic, partition, offset)
                 continue
             if offset < floor(self.raw, topic, partition):
@@ -220,11 +213,16 @@ def _decode_dead_letter(value: bytes) -> DeadLetter:
     try:
         return DeadLetter.from_json(value)
     except (ValueError, TypeError) as e:
-        return dead_letter(
-            component="tally-archiver",
-            kind="undecodable_event",
-            status=0,
-            message=f"dead letter not decodable: {e}",
-            received_at=_now_ms(),
-            payload=value,
-        )
+        return undecodable(f"dead letter not decodable: {e}", value)
+
+
+def undecodable(message: str, payload: bytes) -> DeadLetter:
+    """The archiver's own dead letter for a message it cannot decode (kept whole for recovery)."""
+    return dead_letter(
+        component="tally-archiver",
+        kind="undecodable_event",
+        status=0,
+        message=message,
+        received_at=_now_ms(),
+        payload=payload,
+    )

@@ -16,27 +16,10 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 from tally.processes import Supervisor
-from tally.schema import PageViewEvent
 from tally.settings import Settings
 from tally.stack import services
+from tests.events import page_view
 from tests.integration.conftest import wait_for
-
-
-def event(site: str, event_id: str | None = None) -> PageViewEvent:
-    now = int(time.time() * 1000)
-    return PageViewEvent(
-        event_id=event_id or str(uuid.uuid4()),
-        type="pageview",
-        site_id=site,
-        url=f"https://{site}/a",
-        hostname=site,
-        path="/a",
-        ts_event=now,
-        ts_sent=now,
-        ts_received=now,
-        event_time=now,
-        visitor_id=uuid.uuid4().hex,
-    )
 
 
 def raw_count_by_id(settings: Settings, ids: set[str]) -> Counter[str]:
@@ -51,7 +34,7 @@ def raw_count_by_id(settings: Settings, ids: set[str]) -> Counter[str]:
 
 def test_duplicates_are_archived_once_and_poison_goes_to_rejected(settings: Settings, archiver: None) -> None:
     site = settings.sites[0].site_id
-    original = event(site)
+    original = page_view(site)
     marker = uuid.uuid4().hex
     producer = Producer({"bootstrap.servers": settings.kafka.servers, "enable.idempotence": True})
     topic = settings.kafka.pageviews_topic
@@ -89,7 +72,7 @@ def test_kill_9_at_any_moment_loses_and_doubles_nothing(
     def produce_steadily() -> None:
         producer = Producer({"bootstrap.servers": settings.kafka.servers, "enable.idempotence": True, "linger.ms": 5})
         for i, event_id in enumerate(ids):
-            e = event(site, event_id)
+            e = page_view(site, event_id=event_id)
             producer.produce(settings.kafka.pageviews_topic, key=e.visitor_id.encode(), value=e.to_json())
             if i % 200 == 0:
                 producer.poll(0)

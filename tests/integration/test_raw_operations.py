@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -13,8 +12,8 @@ import pyarrow.parquet as pq
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
-from tally.schema import PageViewEvent
 from tally.settings import Settings
+from tests.events import page_view
 from tests.integration.conftest import wait_for
 
 
@@ -28,20 +27,7 @@ def produce(settings: Settings, site: str, visitor: str, count: int) -> list[str
     producer = Producer({"bootstrap.servers": settings.kafka.servers})
     ids = []
     for _ in range(count):
-        now = int(time.time() * 1000)
-        e = PageViewEvent(
-            event_id=str(uuid.uuid4()),
-            type="pageview",
-            site_id=site,
-            url=f"https://{site}/f",
-            hostname=site,
-            path="/f",
-            ts_event=now,
-            ts_sent=now,
-            ts_received=now,
-            event_time=now,
-            visitor_id=visitor,
-        )
+        e = page_view(site, visitor_id=visitor, path="/f")
         producer.produce(settings.kafka.pageviews_topic, key=visitor.encode(), value=e.to_json())
         ids.append(e.event_id)
     producer.flush(10)
