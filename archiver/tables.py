@@ -64,7 +64,12 @@ class TableBatch:
     """Rows bound for one table, and the next offset per (topic, partition) they cover."""
 
     rows: list[dict[str, object]] = field(default_factory=list)
+    tables: list[pa.Table] = field(default_factory=list)  # rows already in Arrow form
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.rows) + int(sum(t.num_rows for t in self.tables))
 
     def add(self, row: dict[str, object], topic: str, partition: int, offset: int) -> None:
         self.rows.append(row)
@@ -108,9 +113,10 @@ class ArchiveTable:
 
     def append(self, batch: TableBatch) -> None:
         """Append rows and their offsets in one atomic Delta commit."""
-        if not batch.rows and not batch.next_offsets:
+        if not batch.count and not batch.next_offsets:
             return
-        data = pa.Table.from_pylist(batch.rows, schema=self.schema)
+        parts = [*batch.tables, pa.Table.from_pylist(batch.rows, schema=self.schema)]
+        data = pa.concat_tables(parts)
         txns = [Transaction(app_id(t, p), offset) for (t, p), offset in batch.next_offsets.items()]
         write_deltalake(
             self.uri,

@@ -9,7 +9,7 @@ readers ignore fields they do not know.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
@@ -121,17 +121,7 @@ class PageViewEvent:
     @classmethod
     def from_json(cls, raw: bytes | str) -> PageViewEvent:
         """Decode a Kafka message value; unknown (newer, additive) fields are ignored."""
-        data = json.loads(raw)
-        if not isinstance(data, dict):
-            raise TypeError(f"expected a JSON object, got {type(data).__name__}")
-        known: dict[str, Any] = {k: v for k, v in data.items() if k in FIELDS}
-        for name, value in known.items():
-            expected = _PYTHON_TYPES[FIELDS[name][0]]
-            if value is not None and (
-                not isinstance(value, expected) or isinstance(value, bool) is not (expected is bool)
-            ):
-                raise TypeError(f"field {name!r}: expected {FIELDS[name][0]}, got {type(value).__name__}")
-        return cls(**known)
+        return cls(**decode_event(raw))
 
 
 _PYTHON_TYPES: dict[str, type] = {
@@ -141,6 +131,47 @@ _PYTHON_TYPES: dict[str, type] = {
     "BOOLEAN": bool,
     "MAP<STRING,STRING>": dict,
 }
+_EXPECTED: dict[str, type] = {name: _PYTHON_TYPES[sql] for name, (sql, _) in FIELDS.items()}
+_REQUIRED = frozenset(f.name for f in fields(PageViewEvent) if f.default is MISSING and f.default_factory is MISSING)
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PageViewEvent) if f.default is not MISSING}
+
+
+def required_fields() -> frozenset[str]:
+    """Fields every v1 event must carry (no default)."""
+    return _REQUIRED
+
+
+def schema_defaults() -> dict[str, Any]:
+    """Defaults of the optional fields that have a non-null one (e.g. ``is_bot=False``)."""
+    return {k: v for k, v in _DEFAULTS.items() if v is not None}
+
+
+def decode_event(raw: bytes | str) -> dict[str, Any]:
+    """Decode and type-check a v1 event into a dict of every field (defaults filled in).
+
+    Raises TypeError or ValueError for anything that is not a v1 event. Types are exact
+    (``true`` is not an int); unknown fields from newer schema versions are ignored. The
+    archiver uses the dict directly: building the frozen dataclass costs more than decoding.
+    """
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+    out: dict[str, Any] = {}
+    for name, expected in _EXPECTED.items():
+        value = data.get(name)
+        if value is None:
+            if name in _REQUIRED:
+                raise TypeError(f"field {name!r} is required")
+            value = _DEFAULTS.get(name)
+        elif type(value) is not expected:
+            raise TypeError(f"field {name!r}: expected {FIELDS[name][0]}, got {type(value).__name__}")
+        out[name] = value
+    props = out["props"]
+    if props is None:
+        out["props"] = {}
+    elif not all(type(k) is str and type(v) is str for k, v in props.items()):
+        raise TypeError("field 'props': expected MAP<STRING,STRING>")
+    return out
 
 
 assert set(FIELDS) == {f for f in PageViewEvent.__dataclass_fields__}, (

@@ -1,0 +1,53 @@
+"""The archiver's two decoders agree, and the batch one steps aside for anything odd."""
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from archiver.columnar import decode_batch
+from archiver.consumer import event_row
+from archiver.tables import raw_pageviews_schema
+from tally.schema import decode_event
+from tests.events import page_view
+
+
+def one_by_one(values: list[bytes]) -> pa.Table:
+    rows = [event_row(decode_event(v), 0, i) for i, v in enumerate(values)]
+    return pa.Table.from_pylist(rows, schema=raw_pageviews_schema())
+
+
+def test_the_batch_decoder_builds_the_same_rows_as_the_one_by_one_path() -> None:
+    events = [page_view("a.com", path=f"/p{i}") for i in range(200)]
+    values = [e.to_json() for e in events]
+    values[3] = json.dumps(json.loads(values[3]) | {"props": {"plan": "pro", "'=x": "y"}, "is_bot": True}).encode()
+    values[4] = json.dumps({k: v for k, v in json.loads(values[4]).items() if k not in ("is_bot", "props")}).encode()
+    values[5] = json.dumps(json.loads(values[5]) | {"from_schema_v2": [1, 2]}).encode()
+    fast = decode_batch(values, [0] * len(values), list(range(len(values))))
+    assert fast is not None
+    assert fast.equals(one_by_one(values))
+    assert fast.column("props")[3].as_py() == [("plan", "pro"), ("'=x", "y")]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"event_time": "soon"},
+        {"event_time": 1.5},
+        {"is_bot": 1},
+        {"event_id": None},
+        {"props": {"k": 1}},
+        {"site_id": 7},
+    ],
+)
+def test_a_batch_with_one_bad_event_falls_back_and_the_bad_event_is_refused(change: dict[str, object]) -> None:
+    good = page_view("a.com").to_json()
+    bad = json.dumps(json.loads(page_view("a.com").to_json()) | change).encode()
+    assert decode_batch([good, bad], [0, 0], [0, 1]) is None
+    with pytest.raises((TypeError, ValueError)):
+        decode_event(bad)
+
+
+@pytest.mark.parametrize("value", [b"not json", b"", b"[1]", b'{"a": 1}\n{"b": 2}'])
+def test_undecodable_messages_make_the_batch_fall_back(value: bytes) -> None:
+    assert decode_batch([page_view("a.com").to_json(), value], [0, 0], [0, 1]) is None
