@@ -118,8 +118,9 @@ class ArchiveTable:
         parts = [*batch.tables, pa.Table.from_pylist(batch.rows, schema=self.schema)]
         data = pa.concat_tables(parts)
         txns = [Transaction(app_id(t, p), offset) for (t, p), offset in batch.next_offsets.items()]
+        # Writing through the loaded table object spares a replay of the Delta log per commit.
         write_deltalake(
-            self.uri,
+            self._table if self._table is not None else self.uri,
             data,
             mode="append",
             partition_by=[self.partition_by],
@@ -127,3 +128,5 @@ class ArchiveTable:
             commit_properties=CommitProperties(app_transactions=txns),
         )
         self._next.update(batch.next_offsets)
+        if self._table is None:
+            self._table = DeltaTable(self.uri)

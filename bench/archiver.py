@@ -8,6 +8,7 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -25,16 +26,27 @@ from tally.stack import services
 from tests.integration.conftest import stack_env
 
 
-def raw_rows(uri: str) -> int:
-    try:
-        return int(DeltaTable(uri).to_pyarrow_table(columns=["event_id"]).num_rows)
-    except Exception:
-        return 0
+class RowCounter:
+    """Rows in a Delta table, from one table object read incrementally (cheap to poll)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.table: DeltaTable | None = None
+
+    def __call__(self) -> int:
+        try:
+            if self.table is None:
+                self.table = DeltaTable(self.uri)
+            else:
+                self.table.update_incremental()
+            return int(self.table.to_pyarrow_dataset().count_rows())
+        except Exception:
+            return 0
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.archiver", description=__doc__)
-    parser.add_argument("--events", type=int, default=200_000, help="events pre-filled into the topic")
+    parser.add_argument("--events", type=int, default=500_000, help="events pre-filled into the topic")
     parser.add_argument("--rate", type=float, default=200, help="beacons/s for the latency run")
     parser.add_argument("--seconds", type=float, default=30, help="duration of the latency run")
     args = parser.parse_args(argv)
@@ -76,12 +88,18 @@ def main(argv: list[str] | None = None) -> None:
         producer.flush(60)
         started = time.monotonic()
         sup.start(table["archiver"])
-        while raw_rows(uri) < args.events and time.monotonic() - started < 600:
-            time.sleep(0.5)
+        raw_rows = RowCounter(uri)
+        first_commit, first_rows = 0.0, 0
+        while (rows := raw_rows()) < args.events and time.monotonic() - started < 600:
+            if rows and not first_commit:
+                first_commit, first_rows = time.monotonic(), rows
+            time.sleep(0.1)
         elapsed = time.monotonic() - started
+        steady = (args.events - first_rows) / (time.monotonic() - first_commit) if first_commit else float("nan")
         print(
             f"archiver throughput: {args.events} pre-filled events archived in {elapsed:.1f} s "
-            f"= {args.events / elapsed:,.0f} events/s (includes process start and dedup-state load; goal >= 50k)"
+            f"= {args.events / elapsed:,.0f} events/s including process start; {steady:,.0f} events/s after the "
+            "first commit (goal >= 50k)"
         )
 
         sup.start(table["ingest"])
@@ -89,54 +107,59 @@ def main(argv: list[str] | None = None) -> None:
         sent: dict[str, float] = {}
         seen: dict[str, float] = {}
         client = httpx.Client(headers={"Content-Type": "text/plain", "User-Agent": "Mozilla/5.0 Firefox/133.0"})
-        t0, run_ms = time.monotonic(), int(time.time() * 1000)
-        n, last_poll = 0, 0.0
+        run_ms = int(time.time() * 1000)
+        stop = threading.Event()
+        watcher = threading.Thread(target=_watch, args=(uri, sent, seen, run_ms, stop), daemon=True)
+        watcher.start()
+        t0, n = time.monotonic(), 0
         while time.monotonic() - t0 < args.seconds:
-            due = t0 + n / args.rate
-            if time.monotonic() >= due:
-                event_id = str(uuid.uuid4())
-                ms = int(time.time() * 1000)
-                body = {"id": event_id, "s": "demo.tally.local", "u": "https://demo.tally.local/l", "te": ms, "ts": ms}
-                client.post(url, content=json.dumps(body), headers={"X-Forwarded-For": f"198.18.1.{n % 250}"})
-                sent[event_id] = time.monotonic()
-                n += 1
-            elif time.monotonic() - last_poll > 0.25:
-                last_poll = time.monotonic()
-                _collect(uri, sent, seen, run_ms)
-            else:
-                time.sleep(0.001)
+            delay = t0 + n / args.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            event_id = str(uuid.uuid4())
+            ms = int(time.time() * 1000)
+            body = {"id": event_id, "s": "demo.tally.local", "u": "https://demo.tally.local/l", "te": ms, "ts": ms}
+            sent[event_id] = time.monotonic()
+            client.post(url, content=json.dumps(body), headers={"X-Forwarded-For": f"198.18.1.{n % 250}"})
+            n += 1
         deadline = time.monotonic() + 30
         while len(seen) < len(sent) and time.monotonic() < deadline:
-            _collect(uri, sent, seen, run_ms)
             time.sleep(0.25)
+        stop.set()
+        watcher.join()
         latencies = sorted((seen[i] - sent[i]) * 1000 for i in seen)
         q = statistics.quantiles(latencies, n=100)
         print(
             f"beacon -> visible in raw.pageviews at {args.rate:.0f}/s for {args.seconds:.0f} s: "
             f"{len(seen)}/{len(sent)} seen; p50 {q[49]:.0f} ms, p95 {q[94]:.0f} ms, p99 {q[98]:.0f} ms "
             "(goal p99 <= 5000 ms; "
-            f"polling every 250 ms adds up to 250 ms)"
+            f"the 100 ms polling adds up to ~0.1 s plus one read)"
         )
     finally:
         for name in ("ingest", "archiver", "broker"):
             sup.stop(name)
 
 
-def _collect(uri: str, sent: dict[str, float], seen: dict[str, float], since_ms: int) -> None:
-    try:
-        # Only files whose ts_received range reaches the run (Delta file statistics prune the rest).
-        dataset = DeltaTable(uri).to_pyarrow_dataset()
-        ids = (
-            dataset.to_table(columns=["event_id"], filter=pc.field("ts_received") >= since_ms)
-            .column("event_id")
-            .to_pylist()
-        )
-    except Exception:
-        return
-    now = time.monotonic()
-    for event_id in ids:
-        if event_id in sent and event_id not in seen:
-            seen[event_id] = now
+def _watch(uri: str, sent: dict[str, float], seen: dict[str, float], since_ms: int, stop: threading.Event) -> None:
+    """Poll raw.pageviews every 100 ms (one table object, incremental log reads) and note when
+    each sent event first becomes visible."""
+    table: DeltaTable | None = None
+    while not stop.is_set():
+        try:
+            if table is None:
+                table = DeltaTable(uri)
+            else:
+                table.update_incremental()
+            # Only files whose ts_received range reaches the run (Delta file statistics prune the rest).
+            ids = table.to_pyarrow_dataset().to_table(columns=["event_id"], filter=pc.field("ts_received") >= since_ms)
+        except Exception:
+            time.sleep(0.1)
+            continue
+        now = time.monotonic()
+        for event_id in ids.column("event_id").to_pylist():
+            if event_id in sent and event_id not in seen:
+                seen[event_id] = now
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":
