@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from prometheus_client import Counter, Gauge, start_http_server
 
 from archiver.columnar import decode_batch
 from archiver.dedup import SeenIds
@@ -32,6 +33,10 @@ from tally.settings import Settings
 log = logging.getLogger("tally.archiver")
 
 GROUP_ID = "tally-archiver"
+
+LAG = Gauge("tally_archiver_lag_messages", "Messages in Kafka not yet in the raw tables", ["topic", "partition"])
+ARCHIVED = Counter("tally_archiver_rows_total", "Rows committed to Delta", ["table"])
+DUPLICATES = Counter("tally_archiver_duplicates_total", "Events dropped because their event_id was archived already")
 
 
 def _utc_date(ms: int) -> dt.date:
@@ -153,6 +158,7 @@ class Archiver:
             for partition, offset, value in events:
                 self._route_one(raw, rejected, partition, offset, value)
         if self._duplicates:
+            DUPLICATES.inc(self._duplicates)
             log.info("duplicates dropped", extra=kv(events=self._duplicates))
         return raw, rejected
 
@@ -187,9 +193,22 @@ class Archiver:
             topic, partition, offset = position(msg)
             offsets[(topic, partition)] = offset + 1
         self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=True)
+        ARCHIVED.labels(table="raw.pageviews").inc(raw.count)
+        ARCHIVED.labels(table="raw.rejected").inc(rejected.count)
+        self._export_lag()
         if raw.count or rejected.count:
             log.info("archived", extra=kv(events=raw.count, rejected=rejected.count, messages=len(messages)))
         return raw.count
+
+    def _export_lag(self) -> None:
+        """Lag per partition: Kafka's high watermark (as last fetched, no extra request) minus
+        the next offset the partition's table records."""
+        for tp in self.consumer.assignment():
+            table = self.raw if tp.topic == self.events_topic else self.rejected
+            _, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            if high is not None and high >= 0:
+                done = table.next_offset(tp.topic, tp.partition) or 0
+                LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, high - done))
 
     def stop(self, _signum: int = 0, _frame: FrameType | None = None) -> None:
         self._stopping = True
@@ -200,6 +219,8 @@ class Archiver:
         signal.signal(signal.SIGINT, self.stop)
         a = self.settings.archiver
         self.consumer.assign(self._positions())
+        if self.settings.archiver.metrics_port:
+            start_http_server(self.settings.archiver.metrics_port, addr="127.0.0.1")
         log.info("archiver started", extra=kv(kafka=self.settings.kafka.servers, warehouse=self.settings.warehouse_uri))
         try:
             while not self._stopping:
@@ -215,6 +236,8 @@ class Archiver:
                             log.warning("kafka error", extra=kv(error=str(error)))
                 if batch:
                     self.archive(batch)
+                else:
+                    self._export_lag()
         finally:
             self.consumer.close()
             log.info("archiver stopped")

@@ -79,7 +79,7 @@ class Supervisor:
         running = self.find(service.name)
         if running:
             return running
-        if service.port is not None and port_in_use(service.port):
+        if service.port is not None and _port_stays_taken(service.port):
             raise ProcessError(
                 f"{service.name}: port {service.port} on 127.0.0.1 is already in use by another process. "
                 f"Stop that process, or choose another port in conf/tally.yaml (or its TALLY_* variable)."
@@ -143,6 +143,17 @@ class Supervisor:
             psutil.wait_procs(alive, timeout=5)
         self._pid_file(name).unlink(missing_ok=True)
         return True
+
+
+def _port_stays_taken(port: int, grace_s: float = 5.0) -> bool:
+    """True if the port is still taken after a short grace: a just-killed process of ours can
+    hold its sockets for a moment while its threads are torn down."""
+    deadline = time.monotonic() + grace_s
+    while port_in_use(port):
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -85,6 +85,7 @@ class ArchiverSettings:
     max_batch: int = 20000
     max_wait_seconds: float = 2.0
     dedup_days: int = 2
+    metrics_port: int = 8793  # Prometheus /metrics on 127.0.0.1; 0 = off
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
         port=settings.ingest.port,
         ready=lambda: http_ok(ingest_url(settings) + "/healthz"),
     )
-    found["archiver"] = Service("archiver", [py, "-m", "archiver"])
+    found["archiver"] = Service("archiver", [py, "-m", "archiver"], port=settings.archiver.metrics_port or None)
     found["views"] = Service("views", [py, "-m", "jobs.streaming"])
     found["dashboard"] = Service(
         "dashboard",

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import Counter
 
+import httpx
 import pyarrow.compute as pc
 from confluent_kafka import Producer
 from deltalake import DeltaTable
@@ -95,3 +96,18 @@ def test_kill_9_at_any_moment_loses_and_doubles_nothing(
     counts = raw_count_by_id(settings, set(ids))
     assert set(counts) == set(ids), f"lost {len(set(ids) - set(counts))} events"
     assert max(counts.values()) == 1, f"doubled {sum(1 for c in counts.values() if c > 1)} events"
+
+
+def test_archive_lag_and_counts_are_exported_as_prometheus_metrics(settings: Settings, archiver: None) -> None:
+    url = f"http://127.0.0.1:{settings.archiver.metrics_port}/metrics"
+
+    def lag_lines() -> list[str]:
+        try:
+            text = httpx.get(url, timeout=5).text
+        except httpx.HTTPError:
+            return []
+        return [line for line in text.splitlines() if line.startswith("tally_archiver_lag_messages{")]
+
+    wait_for(lambda: len(lag_lines()) == settings.kafka.pageviews_partitions + 1, 60, "a lag gauge per partition")
+    wait_for(lambda: all(line.endswith(" 0.0") for line in lag_lines()), 60, "the archive to catch up (lag 0)")
+    assert "tally_archiver_rows_total" in httpx.get(url, timeout=5).text
