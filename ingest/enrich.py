@@ -5,7 +5,6 @@ Each rule is a small function so it can be unit-tested on its own.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from dataclasses import dataclass
 from functools import lru_cache
@@ -77,8 +76,12 @@ class PageUrl:
     query: dict[str, str]
 
 
+@lru_cache(maxsize=16384)  # pages repeat: most beacons of a site share few URLs
 def normalise_url(url: str, *, hash_routing: bool = False) -> PageUrl:
-    """Keep http(s) URLs only; drop the fragment unless the site routes by hash."""
+    """Keep http(s) URLs only; drop the fragment unless the site routes by hash.
+
+    The result is cached and shared: callers must not modify ``query``.
+    """
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise EnrichError(f"url must be an absolute http(s) URL, got scheme {parts.scheme!r}")
@@ -97,12 +100,12 @@ def skew_corrected_time(ts_event: int, ts_sent: int, ts_received: int) -> int:
 def visitor_id(salt: bytes, site_id: str, client_ip: str, user_agent: str) -> str:
     """Keyed hash of (salt, site, IP, user agent): stable within one salt period, unlinkable across."""
     message = "\x1f".join((site_id, client_ip, user_agent)).encode()
-    return hmac.new(salt, message, hashlib.sha256).hexdigest()[:32]
+    return hmac.digest(salt, message, "sha256").hex()[:32]
 
 
 def client_hash(salt: bytes, client_ip: str) -> str:
     """Keyed hash of the IP alone: what rate limits count and block, never the IP itself."""
-    return hmac.new(salt, b"client\x1f" + client_ip.encode(), hashlib.sha256).hexdigest()[:32]
+    return hmac.digest(salt, b"client\x1f" + client_ip.encode(), "sha256").hex()[:32]
 
 
 @dataclass(frozen=True)

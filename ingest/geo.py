@@ -13,6 +13,7 @@ def _database() -> Any:
     return GeoIP2Fast(verbose=False)
 
 
+@lru_cache(maxsize=65536)  # a visitor's IP repeats for every event of the visit
 def country_of(ip: str) -> str | None:
     """ISO 3166 alpha-2 code, or None for private, reserved or unknown addresses."""
     try:

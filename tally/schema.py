@@ -9,7 +9,7 @@ readers ignore fields they do not know.
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
@@ -116,7 +116,8 @@ class PageViewEvent:
 
     def to_json(self) -> bytes:
         """The Kafka message value: compact UTF-8 JSON with every field."""
-        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False).encode()
+        # vars(), not dataclasses.asdict(): asdict deep-copies every field, several times slower.
+        return json.dumps(vars(self), separators=(",", ":"), ensure_ascii=False).encode()
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> PageViewEvent:
