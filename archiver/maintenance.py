@@ -68,12 +68,14 @@ def maintain(settings: Settings, *, vacuum_hours: int, retention_days: int) -> l
 class ForgetReport:
     rows_deleted: dict[str, int]
     files_removed: dict[str, int]
+    visitor_dates: tuple[dt.date, ...] = ()  # dates that held the visitor's events: views to rebuild
 
 
 def forget(settings: Settings, *, site_id: str | None, visitor_id: str | None, before: dt.date | None) -> ForgetReport:
     """Delete a visitor's events (or everything before a date) and VACUUM the files away now."""
     assert visitor_id or before, "forget needs a visitor or a date"
     deleted, removed = {}, {}
+    dates: list[dt.date] = []
     for name, date_column in RAW_TABLES.items():
         clauses = []
         if before is not None:
@@ -87,9 +89,27 @@ def forget(settings: Settings, *, site_id: str | None, visitor_id: str | None, b
         table = _open(settings, name)
         if table is None:
             continue
+        if visitor_id is not None and name == "raw.pageviews":
+            dates = _dates_where(table, " AND ".join(clauses))
         metrics = table.delete(" AND ".join(clauses))
         deleted[name] = int(metrics.get("num_deleted_rows", 0))
         # Retention 0: the files that held the rows go now, not after the usual 7 days.
         removed[name] = len(table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False))
     log.info("forgotten", extra=kv(site=site_id, visitor=visitor_id, before=str(before), rows=deleted))
-    return ForgetReport(deleted, removed)
+    return ForgetReport(deleted, removed, tuple(dates))
+
+
+def _dates_where(table: DeltaTable, predicate: str) -> list[dt.date]:
+    """The distinct event dates of the rows a predicate matches (delta-rs SQL)."""
+    from deltalake import QueryBuilder
+
+    found = QueryBuilder().register("t", table).execute(f"SELECT DISTINCT event_date FROM t WHERE {predicate}")
+    return sorted(d for batch in found for d in batch.column(0).to_pylist() if d is not None)
+
+
+def vacuum_now(settings: Settings, name: str) -> int:
+    """VACUUM a table with zero retention (its writers must be paused); files removed."""
+    table = _open(settings, name)
+    if table is None:
+        return 0
+    return len(table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False))

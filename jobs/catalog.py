@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jobs.views import ALL_VIEWS
 from tally.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-TABLES = ("raw.pageviews", "raw.rejected", "agg.pageviews_1m")
+TABLES = ("raw.pageviews", "raw.rejected", *(spec.table for spec in ALL_VIEWS))
 
 
 def register_tables(spark: SparkSession, settings: Settings) -> list[str]:

@@ -1,22 +1,59 @@
-"""Delta sinks for the views: idempotent upserts keyed by the view's keys."""
+"""Delta sinks for the views: idempotent upserts (streaming) and atomic date replacement (backfill)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from jobs.views import ViewSpec
+from tally.log import kv
 from tally.settings import Settings
+
+log = logging.getLogger("tally.jobs.sink")
+
+T = TypeVar("T")
+
+# The streaming job and a backfill may commit to the same table at once; Delta's optimistic
+# concurrency then fails one of them, which simply tries again on the new snapshot.
+_CONFLICT_MARKERS = ("Concurrent", "DELTA_CONCURRENT", "ProtocolChanged", "MetadataChanged")
+
+
+def retry_on_conflict(action: Callable[[], T], *, what: str, attempts: int = 8) -> T:
+    """Run a Delta write, retrying with backoff when a concurrent commit conflicts with it."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except PySparkException as e:
+            if attempt == attempts or not any(m in str(e) for m in _CONFLICT_MARKERS):
+                raise
+            log.warning("delta commit conflict, retrying", extra=kv(table=what, attempt=attempt))
+            time.sleep(min(0.2 * 2**attempt, 5.0))
+    raise AssertionError("unreachable")
+
+
+def table_exists(spark: SparkSession, uri: str) -> bool:
+    return DeltaTable.isDeltaTable(spark, uri)
 
 
 def upsert(batch: DataFrame, spec: ViewSpec, settings: Settings) -> None:
-    """MERGE a batch of view rows into the view's table, creating it on first use.
+    """MERGE view rows into the view's table by its keys, creating the table on first use.
 
-    Streaming aggregates arrive in update mode carrying absolute values, so replaying a
-    micro-batch after a crash writes the same values again: the sink is idempotent.
+    Rows carry absolute values (whole windows, whole sessions), so replaying a micro-batch
+    after a crash writes the same values again: the sink is idempotent.
     """
     spark = batch.sparkSession
     uri = settings.table_uri(spec.table)
+    dates = sorted(str(r[0]) for r in batch.select(spec.partition_by).distinct().collect())
+    if not dates:
+        return
     (
         DeltaTable.createIfNotExists(spark)
         .location(uri)
@@ -24,12 +61,45 @@ def upsert(batch: DataFrame, spec: ViewSpec, settings: Settings) -> None:
         .partitionedBy(spec.partition_by)
         .execute()
     )
-    condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.keys)
-    (
-        DeltaTable.forPath(spark, uri)
-        .alias("t")
-        .merge(batch.alias("s"), condition)
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    # The literal date list lets Delta prune partitions: a MERGE must not scan the whole table.
+    in_dates = ", ".join(f"DATE'{d}'" for d in dates)
+    condition = " AND ".join([f"t.`{spec.partition_by}` IN ({in_dates})", *(f"t.`{k}` <=> s.`{k}`" for k in spec.keys)])
+
+    def merge() -> None:
+        (
+            DeltaTable.forPath(spark, uri)
+            .alias("t")
+            .merge(batch.alias("s"), condition)
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    retry_on_conflict(merge, what=spec.table)
+
+
+def replace_dates(
+    rows: DataFrame, spec: ViewSpec, settings: Settings, *, start: dt.date, end: dt.date, site_id: str | None
+) -> None:
+    """Atomically replace the view's rows for dates ``start..end`` (and one site, if given)."""
+    condition = f"{spec.partition_by} >= '{start.isoformat()}' AND {spec.partition_by} <= '{end.isoformat()}'"
+    if site_id is not None:
+        condition += f" AND site_id = '{site_id.replace(chr(39), chr(39) * 2)}'"
+    in_range = rows.where(F.expr(condition))
+
+    def overwrite() -> None:
+        (
+            in_range.write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", condition)
+            .partitionBy(spec.partition_by)
+            .save(settings.table_uri(spec.table))
+        )
+
+    retry_on_conflict(overwrite, what=spec.table)
+
+
+def read_view(spark: SparkSession, spec: ViewSpec, settings: Settings) -> DataFrame | None:
+    """The view's table, or None if nothing has written it yet."""
+    uri = settings.table_uri(spec.table)
+    return spark.read.format("delta").load(uri) if table_exists(spark, uri) else None

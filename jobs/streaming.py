@@ -1,30 +1,59 @@
-"""The streaming views: Kafka ``pageviews`` -> event-time windows -> Delta agg.* tables.
+"""The streaming views: Kafka ``pageviews`` -> event-time windows -> Delta ``agg.*`` tables.
 
-Reads top to bottom: source, named steps, sink. Exactly once: Spark checkpoints the Kafka
-offsets and state; the Delta sink is an idempotent MERGE of absolute values.
+Three queries, each reading top to bottom (source, named steps, sink):
+- traffic: 1-minute windows (update mode); each micro-batch also re-rolls the hours, days and
+  5-minute hopping windows it touched from the 1-minute table;
+- sessions: session windows, appended once closed, then the visits rollups they touch;
+- rate limit: hourly page views per client, publishing blocks to ``ratelimit.blocks``.
+
+Exactly once: Spark checkpoints Kafka offsets and window state; every sink is a MERGE of
+absolute values, so a replayed micro-batch writes the same rows again.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from pyspark.sql import DataFrame
+from confluent_kafka import Producer
+from prometheus_client import start_http_server
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from jobs.delta_sink import upsert
-from jobs.views import PAGEVIEWS_1M, events_from_kafka, pageviews_per_minute
+from jobs import ratelimit, sessions, traffic
+from jobs.delta_sink import read_view, upsert
+from jobs.late import LateEventsListener
+from jobs.views import (
+    ACTIVE_5M,
+    RATELIMIT,
+    SESSIONS,
+    TRAFFIC_1D,
+    TRAFFIC_1H,
+    TRAFFIC_1M,
+    VISITS_1D,
+    VISITS_1H,
+    ViewSpec,
+    events_from_kafka,
+)
 from tally.log import kv, setup_logging
 from tally.settings import Settings, load_settings
 from tally.spark import spark_session
 
 log = logging.getLogger("tally.jobs.streaming")
 
+BatchWriter = Callable[[DataFrame, int], None]
 
-def start(settings: Settings, *, checkpoint_root: str | None = None) -> object:
-    """Start the streaming query and return it (a ``StreamingQuery``)."""
-    spark = spark_session(settings, "tally-views")
-    k, s = settings.kafka, settings.spark
-    kafka_rows = (
+
+def kafka_events(spark: SparkSession, settings: Settings) -> DataFrame:
+    """The event stream: decoded, watermarked on event time, duplicates (same event_id) dropped."""
+    k = settings.kafka
+    rows = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", k.servers)
         .option("subscribe", k.pageviews_topic)
@@ -32,24 +61,169 @@ def start(settings: Settings, *, checkpoint_root: str | None = None) -> object:
         .option("failOnDataLoss", "false")
         .load()
     )
-    events = (
-        events_from_kafka(kafka_rows).withWatermark("event_ts", s.watermark).dropDuplicatesWithinWatermark(["event_id"])
-    )
-    per_minute = pageviews_per_minute(events)
-
-    def write_batch(batch: DataFrame, batch_id: int) -> None:
-        upsert(batch, PAGEVIEWS_1M, settings)
-        log.info("view batch written", extra=kv(view=PAGEVIEWS_1M.table, batch_id=batch_id))
-
-    checkpoints = checkpoint_root or str(settings.home_dir / "checkpoints")
     return (
-        per_minute.writeStream.outputMode("update")
-        .foreachBatch(write_batch)
-        .option("checkpointLocation", f"{checkpoints}/{PAGEVIEWS_1M.table}")
-        .trigger(processingTime=f"{s.trigger_seconds} seconds")
-        .queryName(PAGEVIEWS_1M.table)
-        .start()
+        events_from_kafka(rows)
+        .withWatermark("event_ts", settings.spark.watermark)
+        .dropDuplicatesWithinWatermark(["event_id"])
     )
+
+
+def _touched(rows: DataFrame, ts_column: str) -> tuple[list[str], dt.datetime, dt.datetime] | None:
+    """Sites and the first/last timestamp a batch touched, or None for an empty batch."""
+    found = rows.agg(F.collect_set("site_id"), F.min(ts_column), F.max(ts_column)).first()
+    if found is None or found[1] is None:
+        return None
+    return list(found[0]), found[1], found[2]
+
+
+def _read_range(
+    spec: ViewSpec, settings: Settings, spark: SparkSession, sites: list[str], lo: Any, hi: Any, column: str
+) -> DataFrame:
+    table = read_view(spark, spec, settings)
+    assert table is not None, f"{spec.table} was just written"
+    return table.where(F.col("site_id").isin(sites) & (F.col(column) >= F.lit(lo)) & (F.col(column) < F.lit(hi)))
+
+
+def write_traffic(settings: Settings) -> BatchWriter:
+    def write(batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        minutes = traffic.with_digests(batch).persist()
+        try:
+            touched = _touched(minutes, "window_start")
+            if touched is None:
+                return
+            sites, lo, hi = touched
+            upsert(minutes, TRAFFIC_1M, settings)
+            hour_lo, hour_hi = _trunc(lo, "hour"), _trunc(hi, "hour") + dt.timedelta(hours=1)
+            hours = traffic.roll_up(
+                _read_range(TRAFFIC_1M, settings, spark, sites, hour_lo, hour_hi, "window_start"), "hour"
+            )
+            upsert(hours, TRAFFIC_1H, settings)
+            day_lo, day_hi = _trunc(lo, "day"), _trunc(hi, "day") + dt.timedelta(days=1)
+            days = traffic.roll_up(
+                _read_range(TRAFFIC_1H, settings, spark, sites, day_lo, day_hi, "window_start"), "day"
+            )
+            upsert(days, TRAFFIC_1D, settings)
+            # Hopping windows that contain a touched minute: they start up to 4 minutes earlier.
+            first, last = lo - dt.timedelta(minutes=4), hi + dt.timedelta(minutes=5)
+            around = _read_range(TRAFFIC_1M, settings, spark, sites, first, last, "window_start")
+            active = traffic.active_visitors(around).where(
+                (F.col("window_start") >= F.lit(first)) & (F.col("window_start") <= F.lit(hi))
+            )
+            upsert(active, ACTIVE_5M, settings)
+            log.info(
+                "traffic batch written", extra=kv(batch_id=batch_id, sites=len(sites), first=str(lo), last=str(hi))
+            )
+        finally:
+            minutes.unpersist()
+
+    return write
+
+
+def write_sessions(settings: Settings) -> BatchWriter:
+    def write(batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        touched = _touched(batch, "session_start")
+        if touched is None:
+            return
+        sites, lo, hi = touched
+        upsert(batch, SESSIONS, settings)
+        for grain, spec, step in (("hour", VISITS_1H, dt.timedelta(hours=1)), ("day", VISITS_1D, dt.timedelta(days=1))):
+            span = _read_range(
+                SESSIONS, settings, spark, sites, _trunc(lo, grain), _trunc(hi, grain) + step, "session_start"
+            )
+            upsert(sessions.visits(span, grain), spec, settings)  # type: ignore[arg-type]
+        log.info("sessions batch written", extra=kv(batch_id=batch_id, sites=len(sites)))
+
+    return write
+
+
+def write_ratelimit(settings: Settings) -> BatchWriter:
+    lowest_limit = min(
+        [settings.client_limit(s) for s in settings.sites] + [settings.ratelimit.client_pageviews_per_hour]
+    )
+
+    producers: list[Producer] = []
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        upsert(batch, RATELIMIT, settings)
+        heavy = batch.where(F.col("pageviews") > lowest_limit).select(
+            "site_id", "client_hash", "pageviews", F.unix_millis("window_end")
+        )
+        now_ms = int(time.time() * 1000)
+        blocks = ratelimit.over_limit([tuple(r) for r in heavy.collect()], settings, now_ms=now_ms)  # type: ignore[misc]
+        if blocks and not producers:  # connect only once there is something to publish
+            producers.append(Producer({"bootstrap.servers": settings.kafka.servers, "enable.idempotence": True}))
+        for block in blocks:
+            key, value = block.record()
+            producers[0].produce(settings.kafka.ratelimit_topic, key=key, value=value)
+            log.warning(
+                "client blocked by rate limit",
+                extra=kv(
+                    site=block.site_id, client=block.client_hash[:12], pageviews=block.pageviews, limit=block.limit
+                ),
+            )
+        if blocks:
+            producers[0].flush(10)
+
+    return write
+
+
+def _trunc(ts: dt.datetime, grain: str) -> dt.datetime:
+    if grain == "hour":
+        return ts.replace(minute=0, second=0, microsecond=0)
+    return ts.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass
+class ViewJob:
+    """The running view queries of one Spark session, and the late-events listener they report to."""
+
+    spark: SparkSession
+    settings: Settings
+    queries: list[Any] = field(default_factory=list)
+    late: LateEventsListener = field(default_factory=LateEventsListener)
+
+    def process_all_available(self) -> None:
+        """Block until every query has processed all data available now (tests, benches)."""
+        for query in self.queries:
+            query.processAllAvailable()
+        self.late.flush(self.spark, self.settings)
+
+    def stop(self) -> None:
+        for query in self.queries:
+            query.stop()
+        self.spark.streams.removeListener(self.late)
+
+
+def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
+    """Start the view queries (traffic, sessions, rate limit) and return them."""
+    spark = spark_session(settings, "tally-views")
+    job = ViewJob(spark, settings)
+    spark.streams.addListener(job.late)
+    checkpoints = checkpoint_root or str(settings.home_dir / "checkpoints")
+    gap = settings.spark.session_gap
+    plans: list[tuple[str, DataFrame, str, BatchWriter]] = [
+        ("traffic", traffic.traffic_minutes(kafka_events(spark, settings)), "update", write_traffic(settings)),
+        ("sessions", sessions.sessions(kafka_events(spark, settings), gap), "append", write_sessions(settings)),
+        (
+            "ratelimit",
+            ratelimit.ratelimit_counts(kafka_events(spark, settings)),
+            "update",
+            write_ratelimit(settings),
+        ),
+    ]
+    for name, rows, mode, writer in plans:
+        query = (
+            rows.writeStream.outputMode(mode)
+            .foreachBatch(writer)
+            .option("checkpointLocation", f"{checkpoints}/{name}")
+            .trigger(processingTime=f"{settings.spark.trigger_seconds} seconds")
+            .queryName(name)
+            .start()
+        )
+        job.queries.append(query)
+    return job
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,9 +233,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.parse_args(argv)
     setup_logging()
     settings = load_settings()
-    query = start(settings)
+    if settings.spark.metrics_port:
+        start_http_server(settings.spark.metrics_port, addr="127.0.0.1")
+    job = start(settings)
     log.info("streaming views started", extra=kv(master=settings.spark.master, kafka=settings.kafka.servers))
-    query.awaitTermination()  # type: ignore[attr-defined]
+    # The main thread records late-event figures between checks that every query is alive.
+    try:
+        while not job.spark.streams.awaitAnyTermination(settings.spark.trigger_seconds):
+            job.late.flush(job.spark, settings)
+    except StreamingQueryException as e:
+        log.error("a view query failed; fix the cause, then `tally up` restarts it", extra=kv(error=str(e)[:2000]))
+    job.late.flush(job.spark, settings)
+    raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
-"""The views, as pure ``DataFrame -> DataFrame`` functions shared by streaming and backfill.
+"""The derived views: their tables, and the event-decoding steps every view starts from.
 
-Nothing here reads or writes: the streaming job and the backfill supply the input frame
-(Kafka or raw.pageviews) and own the sink, so both compute identical rows.
+Each view's logic is a pure ``DataFrame -> DataFrame`` function (``jobs/traffic.py``,
+``jobs/sessions.py``, ``jobs/ratelimit.py``) shared by the streaming job and the backfill.
+Nothing here reads or writes: the caller supplies the input (Kafka or ``raw.pageviews``) and
+owns the sink, so both paths compute identical rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -16,14 +19,37 @@ from tally.schema import spark_ddl
 
 @dataclass(frozen=True)
 class ViewSpec:
-    """A derived table: its name, its key columns (for idempotent upserts) and partition column."""
+    """A derived table: its name and key columns (for idempotent upserts).
+
+    Every view is partitioned by ``event_date`` (the UTC date of its window or session
+    start), so a backfill replaces whole dates atomically.
+    """
 
     table: str
     keys: tuple[str, ...]
-    partition_by: str
+    partition_by: str = "event_date"
 
 
-PAGEVIEWS_1M = ViewSpec("agg.pageviews_1m", ("site_id", "window_start", "page"), "event_date")
+WINDOW_KEYS = ("site_id", "window_start", "dimension", "value")
+
+TRAFFIC_1M = ViewSpec("agg.traffic_1m", WINDOW_KEYS)
+TRAFFIC_1H = ViewSpec("agg.traffic_1h", WINDOW_KEYS)
+TRAFFIC_1D = ViewSpec("agg.traffic_1d", WINDOW_KEYS)
+ACTIVE_5M = ViewSpec("agg.active_5m", ("site_id", "window_start"))
+SESSIONS = ViewSpec("agg.sessions", ("site_id", "visitor_id", "session_start"))
+VISITS_1H = ViewSpec("agg.visits_1h", WINDOW_KEYS)
+VISITS_1D = ViewSpec("agg.visits_1d", WINDOW_KEYS)
+RATELIMIT = ViewSpec("agg.ratelimit", ("site_id", "client_hash", "window_start"))
+LATE_EVENTS = ViewSpec("agg.late_events", ("query", "batch_id"))
+
+# Every view a backfill recomputes, in dependency order (coarser grains read finer ones).
+BACKFILL_VIEWS = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1H, VISITS_1D, RATELIMIT)
+ALL_VIEWS = (*BACKFILL_VIEWS, LATE_EVENTS)
+
+Grain = Literal["hour", "day"]
+GRAIN_INTERVAL: dict[Grain, str] = {"hour": "INTERVAL 1 HOUR", "day": "INTERVAL 1 DAY"}
+
+NONE_VALUE = "(none)"  # a dimension with no value (direct traffic, unknown country, …)
 
 
 def events_from_kafka(kafka_rows: DataFrame) -> DataFrame:
@@ -42,24 +68,15 @@ def reportable(events: DataFrame) -> DataFrame:
     return events.where(~F.coalesce(F.col("is_bot"), F.lit(False)))
 
 
-def _is_pageview() -> Column:
+def is_pageview() -> Column:
     return F.col("type") == "pageview"
 
 
-def pageviews_per_minute(events: DataFrame) -> DataFrame:
-    """Page views per site and page in 1-minute tumbling windows of event time."""
-    window = F.window("event_ts", "1 minute")
-    return (
-        reportable(events)
-        .where(_is_pageview())
-        .groupBy(F.col("site_id"), window.alias("w"), F.col("path").alias("page"))
-        .agg(F.count(F.lit(1)).alias("pageviews"))
-        .select(
-            "site_id",
-            F.col("w.start").alias("window_start"),
-            F.col("w.end").alias("window_end"),
-            "page",
-            "pageviews",
-            F.to_date(F.col("w.start")).alias("event_date"),
-        )
-    )
+def dimension_value(column: str) -> Column:
+    """A dimension's value, with missing ones grouped under ``(none)`` rather than dropped."""
+    return F.coalesce(F.col(column).cast("string"), F.lit(NONE_VALUE))
+
+
+def event_date(ts_column: str) -> Column:
+    """The partition column: the UTC date of a window or session start."""
+    return F.to_date(F.col(ts_column)).alias("event_date")

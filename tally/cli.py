@@ -7,6 +7,9 @@ import logging
 import sys
 from collections.abc import Callable
 
+from jobs.commands import add_backfill_arguments, cmd_backfill
+from jobs.schedule import add_arguments as add_schedule_arguments
+from jobs.schedule import run as run_schedule
 from tally.bootstrap import SetupError, setup
 from tally.log import setup_logging
 from tally.processes import ProcessError
@@ -77,7 +80,8 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     import datetime as dt
 
-    from archiver.maintenance import forget
+    from archiver.maintenance import forget, vacuum_now
+    from jobs.commands import run_backfill
     from tally.processes import Supervisor
     from tally.stack import services
 
@@ -86,19 +90,25 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     before = dt.date.fromisoformat(args.before) if args.before else None
     supervisor = Supervisor(settings.home_dir)
-    # VACUUM with zero retention must not race the archiver's own uncommitted files: pause it.
-    paused = supervisor.stop("archiver")
+    # VACUUM with zero retention must not race a writer's uncommitted files: pause the writers.
+    paused = [name for name in ("archiver", "views") if supervisor.stop(name)]
     try:
         report = forget(settings, site_id=args.site, visitor_id=args.visitor, before=before)
+        for table, rows in report.rows_deleted.items():
+            print(f"{table}: {rows} rows deleted, {report.files_removed[table]} files removed from storage")
+        if report.visitor_dates and not args.no_backfill:
+            # Sessions carry visitor ids: rebuild the views of those dates, then drop the old files.
+            start, end = report.visitor_dates[0], report.visitor_dates[-1]
+            print(f"recomputing the views of {start} .. {end} without the visitor:")
+            run_backfill(settings, start=start, end=end, site_id=args.site, dry_run=False, progress=False)
+            removed = vacuum_now(settings, "agg.sessions")
+            print(f"agg.sessions: {removed} files removed from storage")
     finally:
-        if paused:
-            supervisor.start(services(settings)["archiver"])
-    for table, rows in report.rows_deleted.items():
-        print(f"{table}: {rows} rows deleted, {report.files_removed[table]} files removed from storage")
+        for name in paused:
+            supervisor.start(services(settings)[name])
     print(
         f"Kafka still holds these events until its retention ({settings.kafka.retention_hours} h) expires;"
-        " the log cannot delete single records. Aggregate tables hold counts only, no visitor ids;"
-        " recompute the affected dates with a backfill once it exists (see README, Operations)."
+        " the log cannot delete single records. Aggregates other than agg.sessions hold no visitor ids."
     )
     return 0
 
@@ -149,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("--site", help="site_id the visitor belongs to")
     forget.add_argument("--visitor", help="visitor_id to delete")
     forget.add_argument("--before", help="delete every event dated before this day (YYYY-MM-DD)")
+    forget.add_argument("--no-backfill", action="store_true", help="do not recompute the visitor's dates now")
+    backfill = add("backfill", cmd_backfill, "Recompute every view for a range of dates from raw.pageviews.")
+    add_backfill_arguments(backfill)
+    schedule = add("schedule", run_schedule, "Run the recurring jobs of conf/tally.yaml (cron syntax, UTC).")
+    add_schedule_arguments(schedule)
     maintain = add("maintain", cmd_maintain, "Compact small files, expire old raw rows, VACUUM the raw tables.")
     maintain.add_argument("--vacuum-hours", type=int, default=168, help="keep unreferenced files this long")
     maintain.add_argument("--retention-days", type=int, default=0, help="delete raw rows older than this; 0 = keep")

@@ -57,6 +57,17 @@ class SparkSettings:
     shuffle_partitions: int = 4
     trigger_seconds: int = 5
     watermark: str = "10 minutes"
+    session_gap: str = "30 minutes"
+    metrics_port: int = 8794  # Prometheus /metrics of the streaming views on 127.0.0.1; 0 = off
+
+
+@dataclass(frozen=True)
+class ScheduledJob:
+    """One recurring job: a ``tally`` command line run when the cron expression matches (UTC)."""
+
+    name: str
+    cron: str
+    command: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,7 @@ class Settings:
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
     traffic: TrafficSettings = field(default_factory=TrafficSettings)
     sites: tuple[SiteSettings, ...] = ()
+    schedule: tuple[ScheduledJob, ...] = ()
 
     @cached_property
     def home_dir(self) -> Path:

@@ -63,7 +63,7 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
         ready=lambda: http_ok(ingest_url(settings) + "/healthz"),
     )
     found["archiver"] = Service("archiver", [py, "-m", "archiver"], port=settings.archiver.metrics_port or None)
-    found["views"] = Service("views", [py, "-m", "jobs.streaming"])
+    found["views"] = Service("views", [py, "-m", "jobs.streaming"], port=settings.spark.metrics_port or None)
     found["dashboard"] = Service(
         "dashboard",
         [

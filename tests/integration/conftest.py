@@ -36,7 +36,7 @@ def free_ports(count: int) -> list[int]:
 
 def stack_env(home: Path) -> dict[str, str]:
     """Environment for an isolated Tally: its own home and free ports."""
-    kafka, controller, ingest, dashboard, archiver_metrics = free_ports(5)
+    kafka, controller, ingest, dashboard, archiver_metrics, views_metrics = free_ports(6)
     return {
         "TALLY_ENV": "test",
         "TALLY_HOME": str(home),
@@ -45,6 +45,7 @@ def stack_env(home: Path) -> dict[str, str]:
         "TALLY_INGEST__PORT": str(ingest),
         "TALLY_DASHBOARD__PORT": str(dashboard),
         "TALLY_ARCHIVER__METRICS_PORT": str(archiver_metrics),
+        "TALLY_SPARK__METRICS_PORT": str(views_metrics),
     }
 
 

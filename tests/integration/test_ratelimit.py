@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -9,12 +10,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 from confluent_kafka import Producer
 
 from ingest.enrich import client_hash
+from jobs import streaming
 from tally.processes import Service, Supervisor
 from tally.settings import Settings
 from tally.stack import http_ok
@@ -44,9 +47,9 @@ def two_ingests(settings: Settings, supervisor: Supervisor, kafka: str) -> Itera
         supervisor.stop(name)
 
 
-def send(url: str, site: str, ip: str) -> httpx.Response:
+def send(url: str, site: str, ip: str, **extra: str) -> httpx.Response:
     now = int(time.time() * 1000)
-    body = {"id": str(uuid.uuid4()), "s": site, "u": f"https://{site}/", "te": now, "ts": now}
+    body = {"id": str(uuid.uuid4()), "s": site, "u": f"https://{site}/", "te": now, "ts": now, **extra}
     headers = {"Content-Type": "text/plain", "X-Forwarded-For": ip, "User-Agent": "Mozilla/5.0 Firefox/133.0"}
     return httpx.post(url + "/api/event", content=json.dumps(body), headers=headers, timeout=10)
 
@@ -89,3 +92,35 @@ def test_a_block_published_on_kafka_is_honoured_by_every_ingest_within_30_s(
         wait_for(refused, 30, f"{url} to honour the block")
     assert time.monotonic() - published <= 30
     assert all(httpx.get(url + "/healthz").json()["blocked_clients"] >= 1 for url in two_ingests)
+
+
+def test_a_client_over_the_limit_across_two_ingests_is_blocked_by_the_job_everywhere_within_30_s(
+    settings: Settings, two_ingests: list[str], spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    site, ip = "limited.tally.test", "198.51.100.23"
+    limit = settings.client_limit(settings.site(site))  # type: ignore[arg-type]
+    home = tmp_path_factory.mktemp("ratelimit-job")
+    job_settings = dataclasses.replace(
+        settings, home=str(home), warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse"))
+    )
+    job = streaming.start(job_settings, checkpoint_root=str(home / "checkpoints"))
+    try:
+        job.process_all_available()  # the backlog of earlier tests
+        # Each ingest sees only its share, within the limit; together they exceed it.
+        share = limit // 2 + 1
+        for url in two_ingests:
+            assert [send(url, site, ip).status_code for _ in range(share)] == [202] * share
+        sent = time.monotonic()
+        for url in two_ingests:
+            # Probe with custom events: they do not count against the in-process page-view limit,
+            # so only the job's block can refuse them.
+            refused = functools.partial(lambda u: send(u, site, ip, k="event", n="probe").status_code == 429, url)
+            wait_for(refused, 30, f"{url} to refuse the client the job blocked")
+            assert "rate-limit job" in send(url, site, ip, k="event", n="probe").text
+        assert time.monotonic() - sent <= 30
+    finally:
+        job.stop()
+    counts = spark.read.format("delta").load(job_settings.table_uri("agg.ratelimit")).where(f"site_id = '{site}'")
+    assert [r.pageviews for r in counts.collect()] == [2 * share]
+    blocks = [json.loads(v) for _, v in read_topic(settings.kafka.servers, settings.kafka.ratelimit_topic)]
+    assert any(b.get("site_id") == site and b["pageviews"] == 2 * share for b in blocks)

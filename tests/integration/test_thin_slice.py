@@ -100,22 +100,22 @@ def test_beacons_land_exactly_once_in_raw_and_in_the_per_minute_view(
     wait_for(lambda: _rejected_kinds(settings, marker) == ["invalid_event"], 30, "the dead letter in raw.rejected")
 
     # The streaming view: page views per page per minute, bots excluded.
-    query = streaming.start(settings, checkpoint_root=str(settings.home_dir / "test-checkpoints"))
+    job = streaming.start(settings, checkpoint_root=str(settings.home_dir / "test-checkpoints"))
     try:
-        query.processAllAvailable()  # type: ignore[attr-defined]
+        job.process_all_available()
     finally:
-        query.stop()  # type: ignore[attr-defined]
-    agg = DeltaTable(settings.table_uri("agg.pageviews_1m")).to_pandas()
+        job.stop()
+    agg = DeltaTable(settings.table_uri("agg.traffic_1m")).to_pandas()
     by_delta_rs = {
-        (row.window_start.to_pydatetime(), row.page): row.pageviews
+        (row.window_start.to_pydatetime(), row.value): row.pageviews
         for row in agg.itertuples()
-        if row.page.startswith(f"/{marker}/")
+        if row.dimension == "page" and row.value.startswith(f"/{marker}/")
     }
     assert by_delta_rs == dict(expected)
-    spark_agg = spark.read.format("delta").load(settings.table_uri("agg.pageviews_1m"))
+    spark_agg = spark.read.format("delta").load(settings.table_uri("agg.traffic_1m"))
     by_spark = {
-        (r.window_start.replace(tzinfo=dt.UTC), r.page): r.pageviews
-        for r in spark_agg.where(f"page LIKE '/{marker}/%'").collect()
+        (r.window_start.replace(tzinfo=dt.UTC), r.value): r.pageviews
+        for r in spark_agg.where(f"dimension = 'page' AND value LIKE '/{marker}/%'").collect()
     }
     assert by_spark == dict(expected)
 

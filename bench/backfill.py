@@ -1,0 +1,101 @@
+"""Backfill benchmark: synthetic events -> every view, on local[2], at several sizes; and exact
+COUNT(DISTINCT visitor_id) against the HLL sketches, side by side in the same run.
+
+Each size gets its own warehouse in a temporary folder. Events are generated column by column
+(traffic.synthetic) and written to raw.pageviews with delta-rs; only the backfill is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from deltalake import write_deltalake
+
+from tally.settings import load_settings
+from tally.sketches import union_estimate
+from tests.integration.conftest import stack_env
+from traffic.synthetic import synthetic_events
+
+EVENTS_PER_VISIT = 4.4  # what traffic.synthetic produces on average
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def fill_raw(uri: str, events: int, days: int) -> int:
+    """Write about ``events`` synthetic events over ``days`` days; returns the exact count."""
+    written, per_day = 0, int(events / EVENTS_PER_VISIT / days)
+    for day in range(days):
+        table = synthetic_events(
+            visits=per_day,
+            start=START + dt.timedelta(days=day),
+            span=dt.timedelta(days=1),
+            seed=day,
+            visitors=per_day // 3,
+        )
+        write_deltalake(uri, table, mode="append", partition_by=["event_date"])
+        written += table.num_rows
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.backfill", description=__doc__)
+    parser.add_argument("--sizes", default="1000000,3000000,10000000", help="event counts, comma-separated")
+    parser.add_argument("--days", type=int, default=10, help="days the events span")
+    parser.add_argument("--master", default="local[2]", help="Spark master for the backfill")
+    args = parser.parse_args(argv)
+    from pyspark.sql import functions as F
+
+    from jobs.backfill import backfill
+    from tally.spark import spark_session
+
+    home = Path(tempfile.mkdtemp(prefix="tally-bench-backfill-"))
+    os.environ.update(stack_env(home) | {"TALLY_ENV": "", "TALLY_SPARK__MASTER": args.master})
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        os.environ["TALLY_WAREHOUSE__PATH"] = str(home / f"warehouse-{size}")
+        settings = load_settings()
+        t0 = time.perf_counter()
+        written = fill_raw(settings.table_uri("raw.pageviews"), size, args.days)
+        print(f"{written:,} events generated and written to raw in {time.perf_counter() - t0:.0f} s", flush=True)
+        spark = spark_session(settings, "tally-bench-backfill")
+        end = (START + dt.timedelta(days=args.days - 1)).date()
+        t0 = time.perf_counter()
+        backfill(spark, settings, start=START.date(), end=end, progress=False)
+        seconds = time.perf_counter() - t0
+        print(f"backfill of {written:,} events into every view: {seconds:.1f} s", flush=True)
+
+        # Distinct visitors per day: exact from raw vs the HLL sketches of agg.traffic_1d.
+        raw = spark.read.format("delta").load(settings.table_uri("raw.pageviews")).where(~F.col("is_bot"))
+        t0 = time.perf_counter()
+        exact = dict(raw.groupBy("event_date").agg(F.countDistinct("visitor_id")).collect())
+        exact_s = time.perf_counter() - t0
+        days_view = spark.read.format("delta").load(settings.table_uri("agg.traffic_1d")).where("dimension = 'all'")
+        t0 = time.perf_counter()
+        sketches = {
+            r["event_date"]: r["visitors_sketch"] for r in days_view.select("event_date", "visitors_sketch").collect()
+        }
+        estimates = {d: union_estimate([s]) for d, s in sketches.items()}
+        hll_s = time.perf_counter() - t0
+        errors = sorted(abs(estimates[d].value - exact[d]) / exact[d] for d in exact)
+        within = sum(1 for d in exact if estimates[d].lower <= exact[d] <= estimates[d].upper)
+        whole = union_estimate(sketches.values())
+        total_exact = raw.select(F.countDistinct("visitor_id")).first()[0]  # type: ignore[index]
+        print(
+            f"distinct visitors per day: exact COUNT(DISTINCT) {exact_s:.2f} s, HLL from agg.traffic_1d {hll_s:.2f} s;"
+            f" median error {errors[len(errors) // 2]:.2%}, max {errors[-1]:.2%}; {within}/{len(exact)} days inside"
+            f" the 2-sigma bounds; whole range {whole.label()} vs exact {total_exact:,}",
+            flush=True,
+        )
+        rows.append((written, seconds))
+        spark.stop()
+    print("\nsize (events)   backfill s   events/s   s per million")
+    for written, seconds in rows:
+        print(f"{written:>13,}   {seconds:>10.1f}   {written / seconds:>8,.0f}   {seconds / written * 1e6:>13.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The streaming views against a backfill of the same events: real Kafka, Spark and Delta.
+
+Events are produced straight to an isolated topic with event times on a past evening that
+crosses midnight, with retried duplicates mixed in. A final event of another site, hours
+later, moves the watermark on so that every visit closes. Then one late event arrives.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from jobs.backfill import backfill
+from jobs.streaming import ViewJob, start
+from jobs.views import (
+    ACTIVE_5M,
+    LATE_EVENTS,
+    RATELIMIT,
+    SESSIONS,
+    TRAFFIC_1D,
+    TRAFFIC_1H,
+    TRAFFIC_1M,
+    VISITS_1D,
+    VISITS_1H,
+    ViewSpec,
+)
+from tally.settings import Settings
+from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw
+from traffic.synthetic import synthetic_events
+
+START = dt.datetime(2026, 1, 10, 22, 30, tzinfo=dt.UTC)
+SITE = "demo.tally.local"
+COMPARED = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1H, VISITS_1D, RATELIMIT)
+
+
+def _event(template: dict[str, Any], *, event_id: str, site: str, at: dt.datetime, visitor: str) -> dict[str, Any]:
+    ms = int(at.timestamp() * 1000)
+    return {
+        **template,
+        "event_id": event_id,
+        "site_id": site,
+        "visitor_id": visitor,
+        "client_hash": visitor,
+        "type": "pageview",
+        "is_bot": False,
+        "ts_event": ms,
+        "ts_sent": ms,
+        "ts_received": ms,
+        "event_time": ms,
+        "event_date": at.date(),
+    }
+
+
+def _drain(job: ViewJob, settings: Settings, until: Any, what: str) -> None:
+    """Run micro-batches (watermark moves need a batch of their own) until ``until()`` holds."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        job.process_all_available()
+        if until():
+            return
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def streamed(
+    settings: Settings, kafka: str, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    iso = isolated_settings(settings, tmp_path_factory.mktemp("views"))
+    events = synthetic_events(visits=250, start=START, span=dt.timedelta(hours=2), site_id=SITE, seed=11)
+    rows = events.to_pylist()
+    closer = _event(rows[-1], event_id="closer-1", site="closer.test", at=START + dt.timedelta(hours=5), visitor="c1")
+    # Retries: 20 events sent twice (same event_id), right behind the originals.
+    produce(iso, rows[:120] + rows[100:120] + rows[120:] + [closer])
+    job = start(iso, checkpoint_root=str(Path(iso.home) / "checkpoints"))
+    try:
+        _drain(job, iso, lambda: _closed_sessions(iso) > 0, "visits to close")
+        job.process_all_available()  # and whatever the watermark move released after that
+        late = _event(rows[0], event_id="late-1", site=SITE, at=START + dt.timedelta(minutes=30), visitor="late")
+        produce(iso, [late])
+        _drain(job, iso, lambda: _late_rows(job, iso) >= 3, "the late event to be counted by all three queries")
+    finally:
+        job.stop()
+    stream_views = {spec: view(iso, spec.table) for spec in (*COMPARED, LATE_EVENTS)}
+    write_raw(iso, events)
+    write_raw(iso, pa.Table.from_pylist([closer], schema=events.schema))
+    yield {"settings": iso, "stream": stream_views, "events": events, "late": late}
+
+
+def _closed_sessions(settings: Settings) -> int:
+    try:
+        return len(view(settings, SESSIONS.table))
+    except Exception:  # the table does not exist until the first visit closes
+        return 0
+
+
+def _late_rows(job: ViewJob, settings: Settings) -> int:
+    job.late.flush(job.spark, settings)
+    try:
+        return int(view(settings, LATE_EVENTS.table)["late_rows"].sum())
+    except Exception:
+        return 0
+
+
+def _only_site(frame: Any) -> Any:
+    return frame[frame["site_id"] == SITE]
+
+
+@pytest.mark.parametrize("spec", COMPARED, ids=lambda s: s.table)
+def test_stream_computed_views_equal_a_backfill_of_the_same_raw_events(
+    streamed: dict[str, Any], spark: Any, spec: ViewSpec
+) -> None:
+    iso: Settings = streamed["settings"]
+    backfill(spark, iso, start=START.date(), end=START.date() + dt.timedelta(days=1), progress=False)
+    assert_same_rows(_only_site(streamed["stream"][spec]), _only_site(view(iso, spec.table)), spec.keys, spec.table)
+
+
+def test_views_drop_retried_duplicates_and_exclude_bots(streamed: dict[str, Any]) -> None:
+    events = streamed["events"].to_pandas()
+    humans = events[(~events["is_bot"]) & (events["type"] == "pageview")]
+    totals = _only_site(streamed["stream"][TRAFFIC_1D])
+    assert totals[totals["dimension"] == "all"]["pageviews"].sum() == len(humans)
+    pages = totals[totals["dimension"] == "page"].groupby("value")["pageviews"].sum().to_dict()
+    assert pages == humans.groupby("path").size().to_dict()
+
+
+def test_a_late_event_is_counted_by_every_query_and_a_backfill_includes_it(
+    streamed: dict[str, Any], spark: Any
+) -> None:
+    iso: Settings = streamed["settings"]
+    late = streamed["stream"][LATE_EVENTS]
+    assert sorted(late["query"]) == ["ratelimit", "sessions", "traffic"]
+    assert set(late["late_rows"]) == {1}
+    minute = START + dt.timedelta(minutes=30)  # the late event's minute
+    before = streamed["stream"][TRAFFIC_1M]
+    before = before[
+        (before["site_id"] == SITE)
+        & (before["dimension"] == "all")
+        & (before["window_start"] == pd.Timestamp(minute))
+    ]
+    write_raw(iso, pa.Table.from_pylist([streamed["late"]], schema=streamed["events"].schema))
+    backfill(spark, iso, start=START.date(), end=START.date(), progress=False)
+    after = view(iso, TRAFFIC_1M.table)
+    after = after[
+        (after["site_id"] == SITE)
+        & (after["dimension"] == "all")
+        & (after["window_start"] == pd.Timestamp(minute))
+    ]
+    assert int(after["pageviews"].sum()) == int(before["pageviews"].sum()) + 1
+    visits = view(iso, SESSIONS.table)
+    assert (visits["visitor_id"] == "late").sum() == 1

@@ -1,0 +1,82 @@
+"""kill -9 the streaming views mid-batch, restart them, and compare with a backfill."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from jobs.backfill import backfill
+from jobs.views import SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
+from tally.processes import Service, Supervisor
+from tally.settings import Settings
+from tests.integration.conftest import wait_for
+from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw
+from traffic.synthetic import synthetic_events
+
+START = dt.datetime(2026, 2, 3, 9, 0, tzinfo=dt.UTC)
+SITE = "demo.tally.local"
+
+
+def _views_service(iso: Settings) -> Service:
+    env = {
+        "TALLY_HOME": iso.home,
+        "TALLY_KAFKA__PAGEVIEWS_TOPIC": iso.kafka.pageviews_topic,
+        "TALLY_WAREHOUSE__PATH": iso.warehouse.path,
+        "TALLY_SPARK__METRICS_PORT": "0",
+    }
+    return Service("views-restart", [sys.executable, "-m", "jobs.streaming"], env=env)
+
+
+def _pageviews(iso: Settings) -> int:
+    try:
+        days = view(iso, TRAFFIC_1D.table)
+    except Exception:  # not written yet
+        return -1
+    return int(days[(days["site_id"] == SITE) & (days["dimension"] == "all")]["pageviews"].sum())
+
+
+def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
+    settings: Settings, supervisor: Supervisor, kafka: str, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    iso = isolated_settings(settings, tmp_path_factory.mktemp("views-restart"))
+    events = synthetic_events(visits=400, start=START, span=dt.timedelta(hours=3), site_id=SITE, seed=23)
+    rows = events.to_pylist()
+    thirds = [rows[: len(rows) // 3], rows[len(rows) // 3 : 2 * len(rows) // 3], rows[2 * len(rows) // 3 :]]
+    produce(iso, thirds[0])
+    supervisor.start(_views_service(iso))
+    try:
+        wait_for(lambda: _pageviews(iso) > 0, 180, "the first views")
+        for chunk in thirds[1:]:
+            produce(iso, chunk)
+            time.sleep(1.5)  # the next micro-batch (1 s trigger) is now reading or merging
+            running = supervisor.find("views-restart")
+            assert running is not None, "the views job died by itself; see its log"
+            os.killpg(running.pid, signal.SIGKILL)  # the Python driver and its JVM
+            wait_for(lambda: supervisor.find("views-restart") is None, 20, "the killed job to be gone")
+            supervisor.start(_views_service(iso))
+        closer = {**rows[-1], "event_id": "closer", "site_id": "closer.test", "visitor_id": "c"}
+        closer_ms = int((START + dt.timedelta(hours=6)).timestamp() * 1000)
+        closer.update(event_time=closer_ms, ts_event=closer_ms, ts_sent=closer_ms, ts_received=closer_ms)
+        produce(iso, [closer])
+        humans = sum(1 for r in rows if r["type"] == "pageview" and not r["is_bot"])
+        wait_for(lambda: _pageviews(iso) == humans, 180, f"{humans} page views in agg.traffic_1d")
+        time.sleep(8)  # sessions close one micro-batch after the watermark passes them
+    finally:
+        supervisor.stop("views-restart")
+    streamed = {spec: view(iso, spec.table) for spec in (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, SESSIONS, VISITS_1D)}
+    write_raw(iso, events)
+    write_raw(iso, pa.Table.from_pylist([{**closer, "event_date": START.date()}], schema=events.schema))
+    backfill(spark, iso, start=START.date(), end=START.date(), progress=False)
+    for spec, rows_by_stream in streamed.items():
+        stream_rows = rows_by_stream[rows_by_stream["site_id"] == SITE]
+        batch = view(iso, spec.table)
+        assert_same_rows(stream_rows, batch[batch["site_id"] == SITE], spec.keys, spec.table)
+    assert Path(iso.home, "checkpoints", "traffic").exists()
