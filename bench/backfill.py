@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         # Distinct visitors per day: exact from raw vs the HLL sketches of agg.traffic_1d.
         raw = spark.read.format("delta").load(settings.table_uri("raw.pageviews")).where(~F.col("is_bot"))
         t0 = time.perf_counter()
-        exact = dict(raw.groupBy("event_date").agg(F.countDistinct("visitor_id")).collect())
+        exact: dict[dt.date, int] = dict(raw.groupBy("event_date").agg(F.countDistinct("visitor_id")).collect())
         exact_s = time.perf_counter() - t0
         days_view = spark.read.format("delta").load(settings.table_uri("agg.traffic_1d")).where("dimension = 'all'")
         t0 = time.perf_counter()

@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from jobs.delta_sink import upsert
 from jobs.views import LATE_EVENTS

@@ -9,20 +9,23 @@ from __future__ import annotations
 import pandas as pd
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.functions import pandas_udf
+from pyspark.sql.pandas.functions import pandas_udf
 from pyspark.sql.types import BinaryType
 
 from tally.sketches import HLL_LG_K, digest_from_values, merge_digests
 
 
-@pandas_udf(BinaryType())  # type: ignore[call-overload,misc]
-def _digest_of_values(values: pd.Series) -> pd.Series:
+def _values_to_digests(values: pd.Series) -> pd.Series:
     return values.map(lambda v: digest_from_values(v) if v is not None and len(v) else None)
 
 
-@pandas_udf(BinaryType())  # type: ignore[call-overload,misc]
-def _digest_of_digests(digests: pd.Series) -> pd.Series:
+def _digests_to_digest(digests: pd.Series) -> pd.Series:
     return digests.map(lambda d: merge_digests(list(d)) if d is not None and len(d) else None)
+
+
+# Scalar pandas UDFs (Arrow batches): one digest per row, built or merged in numpy.
+_digest_of_values = pandas_udf(_values_to_digests, BinaryType())  # type: ignore[call-overload]
+_digest_of_digests = pandas_udf(_digests_to_digest, BinaryType())  # type: ignore[call-overload]
 
 
 def digest_of_values(values: Column) -> Column:

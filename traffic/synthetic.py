@@ -33,6 +33,13 @@ def _pick(rng: np.random.Generator, values: np.ndarray, n: int, skew: float = 1.
     return values[rng.choice(len(values), size=n, p=weights / weights.sum())]
 
 
+def _where(condition: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` where ``condition`` holds, else null (an object array for Arrow)."""
+    out = np.full(len(values), None, dtype=object)
+    out[condition] = values[condition]
+    return out
+
+
 def _hex_ids(rng: np.random.Generator, n: int) -> np.ndarray:
     raw = rng.integers(0, 2**63, size=(n, 2), dtype=np.int64)
     return np.array([f"{a:016x}{b:016x}" for a, b in raw])
@@ -90,7 +97,7 @@ def synthetic_events(
         _pick(rng, DEVICES, visitors)[visitor],
     )
     types = np.array(["pageview", "engagement", "event"])[kind]
-    names = np.where(kind == 2, _pick(rng, EVENT_NAMES, n), None)
+    names = _where(kind == 2, _pick(rng, EVENT_NAMES, n))
     sources = SOURCES[source_idx]
 
     def nullable(values: np.ndarray) -> list[str | None]:
@@ -114,8 +121,8 @@ def synthetic_events(
         "language": None,
         "tz": None,
         "props": None,
-        "engagement_ms": np.where(kind == 1, engagement_ms, None),
-        "load_ms": np.where(kind == 0, load_ms, None),
+        "engagement_ms": _where(kind == 1, engagement_ms),
+        "load_ms": _where(kind == 0, load_ms),
         "visitor_id": visitor_ids[visitor],
         "client_hash": client_hashes[visitor],
         "browser": browser,

@@ -16,6 +16,8 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
 
 from jobs.backfill import backfill
 from jobs.streaming import ViewJob, start
@@ -32,6 +34,7 @@ from jobs.views import (
     ViewSpec,
 )
 from tally.settings import Settings
+from tally.sketches import union_estimate
 from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw
 from traffic.synthetic import synthetic_events
 
@@ -141,18 +144,36 @@ def test_a_late_event_is_counted_by_every_query_and_a_backfill_includes_it(
     minute = START + dt.timedelta(minutes=30)  # the late event's minute
     before = streamed["stream"][TRAFFIC_1M]
     before = before[
-        (before["site_id"] == SITE)
-        & (before["dimension"] == "all")
-        & (before["window_start"] == pd.Timestamp(minute))
+        (before["site_id"] == SITE) & (before["dimension"] == "all") & (before["window_start"] == pd.Timestamp(minute))
     ]
     write_raw(iso, pa.Table.from_pylist([streamed["late"]], schema=streamed["events"].schema))
     backfill(spark, iso, start=START.date(), end=START.date(), progress=False)
     after = view(iso, TRAFFIC_1M.table)
     after = after[
-        (after["site_id"] == SITE)
-        & (after["dimension"] == "all")
-        & (after["window_start"] == pd.Timestamp(minute))
+        (after["site_id"] == SITE) & (after["dimension"] == "all") & (after["window_start"] == pd.Timestamp(minute))
     ]
     assert int(after["pageviews"].sum()) == int(before["pageviews"].sum()) + 1
     visits = view(iso, SESSIONS.table)
     assert (visits["visitor_id"] == "late").sum() == 1
+
+
+def test_python_datasketches_reads_the_hll_sketches_spark_wrote(streamed: dict[str, Any], spark: Any) -> None:
+    iso: Settings = streamed["settings"]
+    events = streamed["events"].to_pandas()
+    humans = events[~events["is_bot"]]
+    days = spark.read.format("delta").load(iso.table_uri(TRAFFIC_1D.table)).where(f"site_id = '{SITE}'")
+    totals = days.where("dimension = 'all'").groupBy("event_date")
+    by_spark = {r[0]: r[1] for r in totals.agg(F.hll_sketch_estimate(F.hll_union_agg("visitors_sketch"))).collect()}
+    by_python = _only_site(view(iso, TRAFFIC_1D.table))
+    by_python = by_python[by_python["dimension"] == "all"]
+    for row in by_python.itertuples():
+        exact = humans[humans["event_date"] == row.event_date]["visitor_id"].nunique()
+        estimate = union_estimate([s for s in _sketches(iso, row.event_date)])
+        assert round(estimate.value) == by_spark[row.event_date]
+        assert estimate.lower <= exact <= estimate.upper, f"{row.event_date}: exact {exact} outside {estimate.label()}"
+
+
+def _sketches(settings: Settings, day: dt.date) -> list[bytes]:
+    table = DeltaTable(settings.table_uri(TRAFFIC_1D.table)).to_pandas()
+    chosen = table[(table["site_id"] == SITE) & (table["dimension"] == "all") & (table["event_date"] == day)]
+    return list(chosen["visitors_sketch"])

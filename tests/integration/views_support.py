@@ -11,7 +11,8 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 from deltalake import DeltaTable, write_deltalake
 
 from tally.schema import FIELDS

@@ -1,0 +1,106 @@
+"""Streaming views benchmark: beacon -> visible in agg.traffic_1m latency under steady load.
+
+Starts its own broker, ingest and streaming views (default config: local[*], 5 s trigger), sends
+beacons open-loop through ingest, each with its own page path, and polls the 1-minute view with
+delta-rs until each path appears. Stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from tally import broker
+from tally.processes import Supervisor
+from tally.settings import load_settings
+from tally.stack import services
+from tests.integration.conftest import stack_env
+
+
+def send_steadily(url: str, site: str, rate: float, seconds: float, sent: dict[str, float]) -> None:
+    """Open loop: one beacon every 1/rate s, each with a unique path; records its send time."""
+    client = httpx.Client(timeout=10)
+    start = time.monotonic()
+    i = 0
+    while (due := start + i / rate) < start + seconds:
+        time.sleep(max(0.0, due - time.monotonic()))
+        path = f"/bench/{uuid.uuid4().hex[:12]}"
+        now = int(time.time() * 1000)
+        body = {"id": str(uuid.uuid4()), "s": site, "u": f"https://{site}{path}", "te": now, "ts": now}
+        sent[path] = time.monotonic()
+        client.post(url, content=json.dumps(body), headers={"Content-Type": "text/plain"})
+        i += 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.views", description=__doc__)
+    parser.add_argument("--rate", type=float, default=20, help="beacons per second")
+    parser.add_argument("--seconds", type=float, default=90, help="how long to send")
+    args = parser.parse_args(argv)
+    env = stack_env(Path(tempfile.mkdtemp(prefix="tally-bench-views-"))) | {"TALLY_ENV": ""}
+    os.environ.update(env)
+    settings = load_settings()
+    table, sup = services(settings), Supervisor(settings.home_dir)
+    site = settings.sites[0].site_id
+    uri = settings.table_uri("agg.traffic_1m")
+    try:
+        broker.ensure_formatted(settings)
+        sup.start(table["broker"])
+        broker.wait_until_ready(settings.kafka.servers)
+        broker.ensure_topics(settings)
+        sup.start(table["ingest"])
+        t0 = time.monotonic()
+        sup.start(table["views"])
+        url = f"http://127.0.0.1:{settings.ingest.port}/api/event"
+        # Warm-up: wait until the first beacon is visible (Spark start-up is not steady state).
+        warm: dict[str, float] = {}
+        send_steadily(url, site, 1, 1, warm)
+        while not _visible(uri, set(warm)):
+            time.sleep(0.5)
+        print(f"views job up and first beacon visible after {time.monotonic() - t0:.1f} s", flush=True)
+        sent: dict[str, float] = {}
+        sender = threading.Thread(target=send_steadily, args=(url, site, args.rate, args.seconds, sent))
+        sender.start()
+        seen: dict[str, float] = {}
+        deadline = time.monotonic() + args.seconds + 120
+        while (sender.is_alive() or len(seen) < len(sent)) and time.monotonic() < deadline:
+            for path in _visible(uri, set(sent) - set(seen)):
+                seen[path] = time.monotonic()
+            time.sleep(0.5)
+        sender.join()
+        latencies = sorted(seen[p] - sent[p] for p in seen)
+        q = statistics.quantiles(latencies, n=100)
+        print(
+            f"beacon -> agg.traffic_1m at {args.rate:g}/s for {args.seconds:g} s: {len(seen)}/{len(sent)} visible;"
+            f" p50 {q[49]:.1f} s, p95 {q[94]:.1f} s, p99 {q[98]:.1f} s, max {latencies[-1]:.1f} s"
+            f" (trigger {settings.spark.trigger_seconds} s, poll 0.5 s)"
+        )
+    finally:
+        for name in ("views", "ingest", "broker"):
+            sup.stop(name)
+
+
+def _visible(uri: str, paths: set[str]) -> set[str]:
+    if not paths:
+        return set()
+    try:
+        dataset = DeltaTable(uri).to_pyarrow_dataset()
+    except Exception:  # not created yet
+        return set()
+    found = dataset.to_table(columns=["value"], filter=(pc.field("dimension") == "page")).column("value")
+    return paths & set(found.to_pylist())
+
+
+if __name__ == "__main__":
+    main()

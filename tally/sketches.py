@@ -1,0 +1,279 @@
+"""Mergeable sketches for the aggregate views: t-digests for quantiles, HLL helpers for distinct counts.
+
+Pure domain code (numpy and ``datasketches`` only), fast enough to call from Spark pandas UDFs.
+
+**t-digest.** A merging t-digest (Dunning's MergingDigest) with the k1 (arcsine) scale function
+``k(q) = δ / (2π) · asin(2q − 1)``: a centroid may span at most one unit of k, so centroids are
+small near the tails and large near the median. Building and merging are deterministic: inputs are
+sorted before the single greedy compression pass, so the same multiset of values (or of digests)
+gives byte-identical output in any order. Two refinements over the textbook version, both lossless:
+
+- A centroid whose inputs all had the same value is flagged as a *point mass*. Equal point masses
+  are coalesced before compression (raw duplicates first), and quantiles inside a point mass return
+  its value exactly instead of interpolating across it. Without this, heavily tied data (scroll
+  depth 0..100, pages per session) reads ~1% off in rank at the median.
+- The exact minimum and maximum are kept, so p0 and p100 are exact.
+
+Serialized layout (little-endian, 40-byte header then three arrays, ``n`` centroids sorted by mean)::
+
+    offset  size  field
+    0       3     magic b"TDG"
+    3       1     format version (1)
+    4       4     n, uint32: number of centroids
+    8       8     compression δ, float64
+    16      8     count, uint64: number of values (equals the sum of the weights)
+    24      8     min, float64 (NaN when count is 0)
+    32      8     max, float64 (NaN when count is 0)
+    40      8n    centroid means, float64
+    40+8n   8n    centroid weights, float64 (whole numbers)
+    40+16n  n     point-mass flags, uint8 (1: every value in the centroid equals its mean)
+
+**HLL.** Distinct counts use Apache DataSketches HLL sketches, the format Spark's ``hll_sketch_agg``
+writes (lgConfigK 12, HLL_4 by default). Distinct counts are never added: sketches are unioned.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import datasketches
+import numpy as np
+import numpy.typing as npt
+
+COMPRESSION = 200.0
+HLL_LG_K = 12
+
+_MAGIC = b"TDG"
+_VERSION = 1
+_HEADER = struct.Struct("<3sBIdQdd")
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class _Digest:
+    """A t-digest in memory: centroids sorted by mean, plus the exact extremes."""
+
+    compression: float
+    count: int
+    min: float
+    max: float
+    means: FloatArray
+    weights: FloatArray
+    points: BoolArray
+
+    def to_bytes(self) -> bytes:
+        """Serialize in the layout documented in the module docstring."""
+        header = _HEADER.pack(_MAGIC, _VERSION, len(self.means), self.compression, self.count, self.min, self.max)
+        arrays = (self.means.astype("<f8"), self.weights.astype("<f8"), self.points.astype(np.uint8))
+        return header + b"".join(a.tobytes() for a in arrays)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> _Digest:
+        """Parse and check a serialized digest; ValueError if ``raw`` is not one."""
+        if len(raw) < _HEADER.size or raw[:3] != _MAGIC:
+            raise ValueError(f"not a Tally t-digest ({len(raw)} bytes, starts {raw[:4]!r}); expected magic {_MAGIC!r}")
+        _, version, n, compression, count, lo, hi = _HEADER.unpack_from(raw)
+        if version != _VERSION:
+            raise ValueError(f"t-digest format version {version} is not supported (this code reads {_VERSION})")
+        if len(raw) != _HEADER.size + 17 * n:
+            raise ValueError(f"corrupt t-digest: {n} centroids need {_HEADER.size + 17 * n} bytes, got {len(raw)}")
+        means = np.frombuffer(raw, "<f8", n, _HEADER.size).astype(np.float64)
+        weights = np.frombuffer(raw, "<f8", n, _HEADER.size + 8 * n).astype(np.float64)
+        points = np.frombuffer(raw, np.uint8, n, _HEADER.size + 16 * n).astype(np.bool_)
+        sorted_finite = bool(np.all(np.isfinite(means)) and np.all(np.diff(means) >= 0))
+        if weights.sum() != count or np.any(weights <= 0) or not sorted_finite:
+            raise ValueError("corrupt t-digest: means must be finite and sorted, weights positive and sum to the count")
+        return cls(compression, count, lo, hi, means, weights, points)
+
+
+def digest_from_values(values: npt.ArrayLike | Sequence[float | None], *, compression: float = COMPRESSION) -> bytes:
+    """Build a serialized t-digest from raw values, ignoring NaN and None.
+
+    Infinite values raise ValueError: they would poison every centroid mean, so filter or cap them first.
+    """
+    data = np.asarray(values, dtype=np.float64).ravel()
+    data = data[~np.isnan(data)]
+    if not np.all(np.isfinite(data)):
+        raise ValueError("t-digest input has infinite values; filter or cap them before building a digest")
+    if data.size == 0:
+        return _empty(compression).to_bytes()
+    # np.unique sorts, and turns each run of duplicates into one weighted point mass.
+    uniques, counts = np.unique(data, return_counts=True)
+    weights = counts.astype(np.float64)
+    return _compress(uniques, weights, np.ones(uniques.size, np.bool_), compression).to_bytes()
+
+
+def merge_digests(digests: Iterable[bytes | None]) -> bytes | None:
+    """Merge serialized t-digests (None and b"" are skipped); None if there was nothing to merge.
+
+    The result does not depend on the order of the inputs. Its compression is the largest of theirs.
+    """
+    parsed = [_Digest.from_bytes(raw) for raw in digests if raw]
+    if not parsed:
+        return None
+    compression = max(d.compression for d in parsed)
+    full = [d for d in parsed if d.count]
+    if not full:
+        return _empty(compression).to_bytes()
+    means = np.concatenate([d.means for d in full])
+    weights = np.concatenate([d.weights for d in full])
+    points = np.concatenate([d.points for d in full])
+    order = np.lexsort((points, weights, means))  # stable: equal keys are interchangeable
+    means, weights, points = means[order], weights[order], points[order]
+    # Coalesce equal point masses first (lossless), as digest_from_values does for raw duplicates.
+    first = np.ones(means.size, np.bool_)
+    first[1:] = ~(points[1:] & points[:-1] & (means[1:] == means[:-1]))
+    starts = np.flatnonzero(first)
+    means, weights = means[starts], np.add.reduceat(weights, starts)
+    points = np.minimum.reduceat(points, starts)
+    digest = _compress(means, weights, points, compression)
+    lo, hi = min(d.min for d in full), max(d.max for d in full)
+    return _Digest(compression, digest.count, lo, hi, digest.means, digest.weights, digest.points).to_bytes()
+
+
+def digest_quantiles(digest: bytes, qs: Sequence[float]) -> list[float]:
+    """Estimated quantiles (each q in [0, 1]) of a serialized digest; NaN for an empty digest.
+
+    Interpolates linearly in rank between centroid means, as the reference t-digest does, from the
+    exact min at rank 0 to the exact max at rank n; a point mass holds its value over its whole rank range.
+    """
+    parsed = _Digest.from_bytes(digest)
+    q = np.asarray(qs, dtype=np.float64)
+    if np.any(~((q >= 0) & (q <= 1))):
+        raise ValueError(f"quantiles must be in [0, 1], got {list(qs)}")
+    if parsed.count == 0:
+        return [math.nan] * q.size
+    ranks, values = _anchors(parsed)
+    index = q * parsed.count
+    j = np.clip(np.searchsorted(ranks, index, side="right") - 1, 0, ranks.size - 2)
+    span = ranks[j + 1] - ranks[j]
+    t = np.clip((index - ranks[j]) / np.where(span > 0, span, 1.0), 0.0, 1.0)
+    estimates = values[j] + t * (values[j + 1] - values[j])
+    estimates = np.where(q <= 0, parsed.min, np.where(q >= 1, parsed.max, estimates))
+    return [float(x) for x in estimates]
+
+
+def digest_count(digest: bytes) -> int:
+    """Number of values summarised by a serialized digest."""
+    return _Digest.from_bytes(digest).count
+
+
+def _empty(compression: float) -> _Digest:
+    """A digest of no values."""
+    nothing = np.empty(0, np.float64)
+    return _Digest(compression, 0, math.nan, math.nan, nothing, nothing, np.empty(0, np.bool_))
+
+
+def _compress(means: FloatArray, weights: FloatArray, points: BoolArray, compression: float) -> _Digest:
+    """One greedy pass over weighted points sorted by mean (MergingDigest with the k1 scale).
+
+    A centroid grows while its right edge stays within one unit of k from its left edge; an input
+    heavier than that limit becomes a centroid on its own. The loop runs once per output centroid,
+    not once per input, so it costs a few hundred ``searchsorted`` calls.
+    """
+    cumulative = np.cumsum(weights)
+    total = float(cumulative[-1])
+    scale = compression / (2 * math.pi)
+    starts: list[int] = []
+    start = 0
+    while start < means.size:
+        starts.append(start)
+        left = float(cumulative[start - 1]) if start else 0.0
+        k_left = scale * math.asin(min(1.0, max(-1.0, 2 * left / total - 1)))
+        limit = total * (math.sin(min(math.pi / 2, (k_left + 1) / scale)) + 1) / 2
+        start = max(start + 1, int(np.searchsorted(cumulative, limit, side="right")))
+    bounds = np.asarray(starts)
+    sums = np.add.reduceat(weights, bounds)
+    lows, highs = np.minimum.reduceat(means, bounds), np.maximum.reduceat(means, bounds)
+    centroid_means = np.clip(np.add.reduceat(weights * means, bounds) / sums, lows, highs)
+    centroid_points = np.minimum.reduceat(points, bounds) & (lows == highs)
+    centroid_means = np.where(centroid_points, lows, centroid_means)
+    return _Digest(compression, round(total), float(means[0]), float(means[-1]), centroid_means, sums, centroid_points)
+
+
+def _anchors(digest: _Digest) -> tuple[FloatArray, FloatArray]:
+    """(rank, value) knots of the piecewise-linear quantile function, ranks non-decreasing.
+
+    A spread centroid is one knot at its centre rank; a point mass is two knots, at both ends of its
+    rank range. One value is known to sit at the min and one at the max, hence rank 1 and n − 1.
+    """
+    right = np.cumsum(digest.weights)
+    left = right - digest.weights
+    centre = left + digest.weights / 2
+    pts = digest.points
+    knot_ranks = np.stack([np.where(pts, left, centre), np.where(pts, right, centre)], axis=1).ravel()
+    knot_values = np.repeat(digest.means, 2)
+    keep = np.stack([np.ones_like(pts), pts], axis=1).ravel()
+    ranks, values = [np.array([0.0])], [np.array([digest.min])]
+    if not pts[0] and centre[0] > 1:
+        ranks.append(np.array([1.0]))
+        values.append(np.array([digest.min]))
+    ranks.append(knot_ranks[keep])
+    values.append(knot_values[keep])
+    n = float(digest.count)
+    if not pts[-1] and centre[-1] < n - 1:
+        ranks.append(np.array([n - 1]))
+        values.append(np.array([digest.max]))
+    ranks.append(np.array([n]))
+    values.append(np.array([digest.max]))
+    return np.concatenate(ranks), np.concatenate(values)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An approximate count with its 2-standard-deviation (≈95%) bounds."""
+
+    value: float
+    lower: float
+    upper: float
+
+    @property
+    def relative_error(self) -> float:
+        """Half the width of the bounds, relative to the value (0 when the value is 0)."""
+        return (self.upper - self.lower) / 2 / self.value if self.value else 0.0
+
+    def label(self) -> str:
+        """Human-readable form, always marked approximate, e.g. "≈ 12,340 ± 1.6%"."""
+        percent = self.relative_error * 100
+        shown = "<0.1" if 0 < percent < 0.05 else f"{percent:.1f}"
+        return f"≈ {self.value:,.0f} ± {shown}%"
+
+
+def union_estimate(sketches: Iterable[bytes | None]) -> Estimate:
+    """Distinct count of the union of serialized HLL sketches (None and b"" are skipped).
+
+    The estimate depends only on the union's registers, never on how the values were split into
+    sketches. A sketch built by plain updates answers with its HIP estimator, while a union of two or
+    more HLL-mode sketches can only use the composite estimator, which has a little more error
+    (≈1.6% vs ≈1.3% standard error at lg_k 12). A union of a *single* sketch keeps HIP, so the union
+    is finally merged with its own result: that changes no register (max is idempotent) but marks the
+    registers out of order, which selects the composite estimator every time. Thus a day's visitors
+    read the same from one sketch as from the union of its 24 hourly sketches.
+    """
+    union = datasketches.hll_union(HLL_LG_K)
+    for raw in sketches:
+        if not raw:
+            continue
+        try:
+            sketch = datasketches.hll_sketch.deserialize(bytes(raw))
+        except (ValueError, RuntimeError) as e:
+            raise ValueError(f"not a DataSketches HLL sketch ({len(raw)} bytes): {e}") from e
+        if sketch.lg_config_k != HLL_LG_K:
+            # A union silently degrades to the smallest lg_k it sees; refuse rather than lose accuracy.
+            raise ValueError(f"HLL sketch has lg_k {sketch.lg_config_k}; Tally's sketches use lg_k {HLL_LG_K}")
+        union.update(sketch)
+    union.update(union.get_result())
+    return Estimate(union.get_estimate(), union.get_lower_bound(2), union.get_upper_bound(2))
+
+
+def sketch_from_ids(ids: Iterable[str]) -> bytes:
+    """A compact HLL_4 sketch (lg_k 12, as Spark's ``hll_sketch_agg`` writes) of the given ids."""
+    sketch = datasketches.hll_sketch(HLL_LG_K, datasketches.tgt_hll_type.HLL_4)
+    update = sketch.update
+    for visitor_id in ids:
+        update(visitor_id)
+    return bytes(sketch.serialize_compact())
