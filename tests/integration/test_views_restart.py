@@ -35,6 +35,17 @@ def _views_service(iso: Settings) -> Service:
     return Service("views-restart", [sys.executable, "-m", "jobs.streaming"], env=env)
 
 
+def _batch_in_flight(iso: Settings) -> bool:
+    """Spark writes offsets/N when a micro-batch starts and commits/N when it ends."""
+    checkpoint = Path(iso.home, "checkpoints", "traffic")
+
+    def last(folder: str) -> int:
+        names = [p.name for p in (checkpoint / folder).glob("[0-9]*")]
+        return max((int(n) for n in names if n.isdigit()), default=-1)
+
+    return last("offsets") > last("commits")
+
+
 def _pageviews(iso: Settings) -> int:
     try:
         days = view(iso, TRAFFIC_1D.table)
@@ -56,7 +67,7 @@ def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
         wait_for(lambda: _pageviews(iso) > 0, 180, "the first views")
         for chunk in thirds[1:]:
             produce(iso, chunk)
-            time.sleep(1.5)  # the next micro-batch (1 s trigger) is now reading or merging
+            wait_for(lambda: _batch_in_flight(iso), 60, "a traffic micro-batch to start")
             running = supervisor.find("views-restart")
             assert running is not None, "the views job died by itself; see its log"
             os.killpg(running.pid, signal.SIGKILL)  # the Python driver and its JVM
