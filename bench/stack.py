@@ -30,7 +30,8 @@ def tally(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 def view_rows(home: Path) -> int:
     try:
-        return int(DeltaTable(str(home / "warehouse" / "agg" / "pageviews_1m")).to_pandas()["pageviews"].sum())
+        minutes = DeltaTable(str(home / "warehouse" / "agg" / "traffic_1m")).to_pandas()
+        return int(minutes[minutes["dimension"] == "all"]["pageviews"].sum())
     except Exception:
         return 0
 
@@ -76,7 +77,7 @@ def run(seconds: float) -> None:
         traffic.terminate()
         tally(env, "down")
     print(f"tally up until every service is ready: {up_s:.1f} s (setup already done)")
-    print(f"tally up until the first page views are in agg.pageviews_1m: {visible_s:.1f} s")
+    print(f"tally up until the first page views are in agg.traffic_1m: {visible_s:.1f} s")
     print(f"resident memory under 20 beacons/s for {seconds:.0f} s (median / max MiB, with children):")
     for name, values in samples.items():
         print(f"  {name:<10} {statistics.median(values):7.0f} / {max(values):7.0f}")
