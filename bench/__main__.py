@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import archiver, ingest, stack
+from bench import archiver, backfill, ingest, sketches, stack, views
 
 
 def main() -> None:
@@ -15,6 +15,12 @@ def main() -> None:
     ingest.main([])
     print("\n== archiver: throughput and beacon -> raw latency", flush=True)
     archiver.main([])
+    print("\n== streaming views: beacon -> agg.traffic_1m latency", flush=True)
+    views.main([])
+    print("\n== sketches: Tally's t-digest against the tdigest package", flush=True)
+    sketches.main([])
+    print("\n== backfill: 1M / 3M / 10M events into every view on local[2]; exact vs HLL", flush=True)
+    backfill.main([])
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -114,20 +115,24 @@ def backfill(
     progress: bool = True,
 ) -> BackfillPlan:
     """Recompute every view for ``start..end`` and replace those dates atomically, view by view."""
-    report = plan(spark, settings, start, end, site_id)
+    if end < start:
+        raise BackfillError(f"--to {end} is before --from {start}")
     # Sessions near the range's edges need their neighbours: a gap before, a day after.
     context = raw_events(spark, settings, start - dt.timedelta(days=1), end + dt.timedelta(days=1), site_id)
     first = dt.datetime.combine(start, dt.time(), dt.UTC)
     gap = F.expr(f"INTERVAL {settings.spark.session_gap}")
     context = context.where(F.col("event_ts") >= F.lit(first) - gap)
     with _cached(context) as events:
+        in_range = events.where(F.col("event_date").between(F.lit(start), F.lit(end)))
+        counts = in_range.groupBy("event_date").count().collect()
+        report = BackfillPlan(start, end, site_id, {r["event_date"]: r["count"] for r in counts})
         views = compute_views(events, settings)
-        with _cached(views[TRAFFIC_1M]), _cached(views[SESSIONS]):
+        with _cached(views[TRAFFIC_1M]), _cached(views[TRAFFIC_1H]), _cached(views[SESSIONS]):
             bar = tqdm(BACKFILL_VIEWS, desc="backfill", unit="view", disable=not progress)
             for spec in bar:
                 bar.set_postfix_str(spec.table)
+                began = time.monotonic()
                 replace_dates(views[spec], spec, settings, start=start, end=end, site_id=site_id)
-                log.info(
-                    "view backfilled", extra=kv(view=spec.table, start=str(start), end=str(end), site=site_id or "*")
-                )
+                seconds = round(time.monotonic() - began, 1)
+                log.info("view backfilled", extra=kv(view=spec.table, start=str(start), end=str(end), seconds=seconds))
     return report

@@ -113,6 +113,20 @@ class TrafficSettings:
 
 
 @dataclass(frozen=True)
+class QualitySettings:
+    """Thresholds of the data-quality suites (``tally check``) and the audit (``tally audit``)."""
+
+    freshness_minutes: int = 60  # today's newest raw event / view window must be younger; 0 = off
+    clock_skew_minutes: int = 10  # no timestamp may be later than the check's time plus this
+    earliest_year: int = 2020  # no timestamp may be older (catches epoch-0 and seconds-for-ms bugs)
+    max_engagement_minutes: int = 1440  # upper bound of engagement_ms (time on one page)
+    max_load_seconds: int = 600  # upper bound of load_ms
+    max_session_hours: int = 24  # upper bound of a visit's duration
+    audit_lookback_hours: int = 6  # the audit reads Kafka from this long before --from (message time)
+    audit_read_timeout_seconds: float = 300.0  # give up reading the topic after this long
+
+
+@dataclass(frozen=True)
 class SiteSettings:
     site_id: str
     domains: tuple[str, ...] = ()
@@ -131,6 +145,7 @@ class Settings:
     archiver: ArchiverSettings = field(default_factory=ArchiverSettings)
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
     traffic: TrafficSettings = field(default_factory=TrafficSettings)
+    quality: QualitySettings = field(default_factory=QualitySettings)
     sites: tuple[SiteSettings, ...] = ()
     schedule: tuple[ScheduledJob, ...] = ()
 
@@ -146,7 +161,7 @@ class Settings:
         return self.warehouse.path or str(self.home_dir / "warehouse")
 
     def table_uri(self, name: str) -> str:
-        """Location of a Delta table such as ``raw.pageviews`` or ``agg.pageviews_1m``."""
+        """Location of a Delta table such as ``raw.pageviews`` or ``agg.traffic_1m``."""
         schema, _, table = name.partition(".")
         assert table, f"table names are '<schema>.<table>', got {name!r}"
         return f"{self.warehouse_uri.rstrip('/')}/{schema}/{table}"

@@ -1,0 +1,218 @@
+"""``tally audit``: reconcile Kafka, ``raw.pageviews`` and the views for a range of event dates.
+
+Trust, but verify. Three reconciliations, each comparison a named finding:
+
+1. **kafka = raw** (``quality.kafka_raw``): event ids per date, and every Kafka offset accounted for;
+2. **raw = views** (``quality.raw_views``): non-bot page views per date in every traffic grain,
+   in visits, and no page view outside a visit;
+3. **sketches**: the daily HLL visitors estimate within its 2-sigma bounds of the exact count.
+
+The report is printed, recorded in ``quality.audits`` (one row per finding), and every
+(table, date) with a mismatch is quarantined in ``quality.partitions`` (checker ``audit``) until
+an audit passes it again. Kafka is read in a bounded slice (``quality.kafka_log``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pandas as pd
+import pyarrow.compute as pc
+from prometheus_client import Counter
+
+from archiver.tables import ArchiveTable, raw_pageviews_schema
+from quality.findings import CHECKS, Finding, mismatches
+from quality.kafka_log import scan_topic
+from quality.kafka_raw import KafkaScan, reconcile_kafka_raw
+from quality.quarantine import PartitionStatus, record_statuses
+from quality.raw_views import TRAFFIC_TABLES, ViewsInput, parse_interval, reconcile_raw_views
+from quality.store import AUDITS, AUDITS_SCHEMA, append, open_table, read_rows
+from tally.log import kv
+from tally.settings import Settings
+
+log = logging.getLogger("tally.quality.audit")
+
+MISMATCHES = Counter("tally_quality_audit_mismatches", "Audit comparisons that did not match", ["check", "name"])
+
+RAW_COLUMNS = ("event_id", "event_date", "type", "is_bot", "site_id", "visitor_id", "event_time", "ts_received")
+DAY = dt.timedelta(days=1)
+
+
+class AuditError(Exception):
+    """An audit that cannot run; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    run_id: str
+    audited_at: dt.datetime
+    start: dt.date
+    end: dt.date
+    site_id: str | None
+    kafka: str  # what was read from Kafka, and its bounds
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not mismatches(self.findings)
+
+    @property
+    def checker(self) -> str:
+        return "audit" if self.site_id is None else f"audit:{self.site_id}"
+
+
+def _dates(start: dt.date, end: dt.date) -> tuple[dt.date, ...]:
+    return tuple(start + dt.timedelta(days=i) for i in range((end - start).days + 1))
+
+
+def _site(site_id: str | None) -> pc.Expression | None:
+    return None if site_id is None else pc.field("site_id") == site_id
+
+
+def _kafka_scan(settings: Settings, start: dt.date) -> KafkaScan:
+    lookback = dt.timedelta(hours=settings.quality.audit_lookback_hours)
+    since = dt.datetime.combine(start, dt.time(), dt.UTC) - lookback
+    ranges, messages = scan_topic(settings, since=since)
+    topic = settings.kafka.pageviews_topic
+    raw = ArchiveTable(settings.table_uri("raw.pageviews"), raw_pageviews_schema(), "event_date")
+    archived = {p: raw.next_offset(topic, p) for p in ranges}
+    return KafkaScan(topic, ranges, messages, archived)
+
+
+def _views_input(
+    settings: Settings, dates: tuple[dt.date, ...], events: pd.DataFrame, site_id: str | None
+) -> ViewsInput:
+    start, end = dates[0], dates[-1]
+    everything = pc.field("dimension") == "all"
+    where = everything if site_id is None else everything & (pc.field("site_id") == site_id)
+    traffic = {
+        t: read_rows(settings, t, ("event_date", "pageviews"), start=start, end=end, where=where)
+        for t in TRAFFIC_TABLES
+    }
+    session_columns = ("site_id", "visitor_id", "session_start", "session_end", "pageviews", "event_date")
+    return ViewsInput(
+        dates=dates,
+        events=events,
+        traffic=traffic,
+        sessions=read_rows(settings, "agg.sessions", session_columns, start=start - DAY, end=end, where=_site(site_id)),
+        visits_1d=read_rows(settings, "agg.visits_1d", ("event_date", "pageviews"), start=start, end=end, where=where),
+        visitor_sketches=read_rows(
+            settings, "agg.traffic_1d", ("event_date", "visitors_sketch"), start=start, end=end, where=where
+        ),
+        late_events=read_rows(
+            settings, "agg.late_events", ("query", "late_rows", "event_date"), start=start, end=dt.date.max
+        ),
+        watermark=parse_interval(settings.spark.watermark),
+    )
+
+
+def audit(
+    settings: Settings,
+    *,
+    start: dt.date,
+    end: dt.date,
+    site_id: str | None = None,
+    now: dt.datetime | None = None,
+    record: bool = True,
+) -> AuditReport:
+    """Run the three reconciliations for event dates ``start..end``; record and quarantine unless told not to."""
+    if end < start:
+        raise AuditError(f"--to {end} is before --from {start}")
+    if open_table(settings, "raw.pageviews") is None:
+        raise AuditError(f"no raw table at {settings.table_uri('raw.pageviews')}: start the archiver (tally up) first")
+    dates = _dates(start, end)
+    now = now or dt.datetime.now(dt.UTC)
+    scan = _kafka_scan(settings, start)
+    columns = (*RAW_COLUMNS, "kafka_partition", "kafka_offset")
+    # The day after too: visits that start on the last date may run past midnight.
+    events = read_rows(settings, "raw.pageviews", columns, start=start, end=end + DAY, where=_site(site_id))
+    events = events.reset_index(drop=True)
+    in_range = events[events["event_date"] <= end]
+    rejected = read_rows(
+        settings,
+        "raw.rejected",
+        ("kafka_partition", "kafka_offset"),
+        start=start - dt.timedelta(hours=settings.quality.audit_lookback_hours) - DAY,
+        end=dt.date.max,
+        partition_by="rejected_date",
+        where=pc.field("source_topic") == scan.topic,
+    )
+    findings = reconcile_kafka_raw(scan, in_range, rejected, dates, site_id=site_id)
+    findings += reconcile_raw_views(_views_input(settings, dates, events, site_id))
+    lookback = settings.quality.audit_lookback_hours
+    kafka = f"{scan.describe()} (from {lookback} h before {start} by message time, to the end offsets at the start)"
+    report = AuditReport(uuid.uuid4().hex, now, start, end, site_id, kafka, tuple(findings))
+    if record:
+        _record(settings, report)
+    return report
+
+
+def _record(settings: Settings, report: AuditReport) -> None:
+    rows = [
+        {
+            "run_id": report.run_id,
+            "audited_at": report.audited_at,
+            "date_from": report.start,
+            "date_to": report.end,
+            "site_id": report.site_id,
+            "check": f.check,
+            "subject": f.subject,
+            "partition_date": f.date,
+            "expected": f.expected,
+            "actual": f.actual,
+            "success": f.ok,
+            "message": f"{f.name}: {f.message}",
+            "hint": f.hint or None,
+        }
+        for f in report.findings
+    ]
+    append(settings, AUDITS, rows, AUDITS_SCHEMA)
+    failed: dict[tuple[str, dt.date], list[str]] = defaultdict(list)
+    for f in report.findings:
+        if f.date is not None:
+            failed[(f.subject, f.date)] += [] if f.ok else [f"{f.check}: {f.name}"]
+    statuses = [
+        PartitionStatus(table, day, report.checker, bool(names), report.run_id, report.audited_at, tuple(names))
+        for (table, day), names in sorted(failed.items())
+    ]
+    record_statuses(settings, statuses)
+    for f in mismatches(report.findings):
+        MISMATCHES.labels(f.check, f.name).inc()
+    for s in statuses:
+        if s.quarantined:
+            log.error(
+                "quality alert: audit mismatch, partition quarantined",
+                extra=kv(
+                    table=s.table, date=str(s.partition_date), checks="; ".join(s.failed_checks), run_id=report.run_id
+                ),
+            )
+    log.info("audit recorded", extra=kv(run_id=report.run_id, findings=len(report.findings), ok=report.ok))
+
+
+def render(report: AuditReport) -> str:
+    """The readable report: one line per comparison, grouped by check, then what to do."""
+    scope = f"site {report.site_id}" if report.site_id else "every site"
+    lines = [
+        f"tally audit {report.start} .. {report.end}, {scope}  (run {report.run_id}, "
+        f"{report.audited_at:%Y-%m-%d %H:%M} UTC)",
+        f"kafka: {report.kafka}",
+    ]
+    for check in CHECKS:
+        lines.append("")
+        lines.append(check)
+        for f in (f for f in report.findings if f.check == check):
+            day = str(f.date) if f.date else "-"
+            lines.append(f"  {'ok  ' if f.ok else 'FAIL'}  {day:<10}  {f.name:<27}  {f.message}")
+    bad = mismatches(report.findings)
+    lines.append("")
+    if not bad:
+        lines.append(f"OK: Kafka, raw and the views agree ({len(report.findings)} comparisons)")
+        return "\n".join(lines)
+    lines.append(f"MISMATCH: {len(bad)} of {len(report.findings)} comparisons differ; those partitions are quarantined")
+    hints = list(dict.fromkeys(f.hint for f in bad if f.hint))
+    lines += ["what to do:", *(f"  - {hint}" for hint in hints)]
+    return "\n".join(lines)

@@ -1,0 +1,286 @@
+"""What every checked table must look like: its columns, keys and value ranges, per date partition.
+
+Pure domain code: no Great Expectations, Delta or Kafka here. ``quality.suites`` turns each
+contract into a GX expectation suite. Thresholds come from ``QualitySettings``; bounds that depend
+on the partition being checked (its day, the time of the check) are named parameters filled in
+at validation time, so one suite per table serves every date.
+
+The raw tables' columns come from the shared schema. The views are defined by Spark code
+(``jobs/``), so their contract is written out here; a unit test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tally.deadletter import FAILURE_KINDS
+from tally.schema import EVENT_TYPES, FIELDS, RAW_EXTRA_FIELDS
+from tally.settings import QualitySettings
+
+TimeKind = Literal["ms", "timestamp"]  # epoch milliseconds (raw) or a Delta timestamp (views)
+
+# Delta's own type names (as delta-rs reports them), from Spark SQL and Arrow type names.
+_DELTA_TYPES = {
+    "STRING": "string",
+    "BIGINT": "long",
+    "INT": "integer",
+    "BOOLEAN": "boolean",
+    "DATE": "date",
+    "TIMESTAMP": "timestamp",
+    "BINARY": "binary",
+    "MAP<STRING,STRING>": "map<string,string>",
+}
+_ARROW_TO_DELTA = {"string": "string", "int64": "long", "int32": "integer", "bool": "boolean", "date32[day]": "date"}
+
+
+def _ddl(columns: str) -> dict[str, str]:
+    """``"name TYPE, …"`` (Spark SQL, as ``jobs/`` declares schemas) as column -> Delta type."""
+    pairs = (item.split() for item in columns.split(","))
+    return {name: _DELTA_TYPES[sql_type] for name, sql_type in pairs}
+
+
+def _names(names: str) -> tuple[str, ...]:
+    return tuple(names.split())
+
+
+# The checked tables, in the order `tally check` runs them (the CLI lists them without building contracts).
+CHECKED_TABLES = (
+    "raw.pageviews",
+    "raw.rejected",
+    "agg.traffic_1m",
+    "agg.traffic_1h",
+    "agg.traffic_1d",
+    "agg.active_5m",
+    "agg.sessions",
+    "agg.visits_1h",
+    "agg.visits_1d",
+    "agg.ratelimit",
+    "agg.late_events",
+)
+
+# Dimension names of the views (jobs/traffic.py, jobs/sessions.py); "all" is the site total.
+TRAFFIC_DIMENSIONS = ("all", *_names("page source channel campaign country browser os device event"))
+VISIT_DIMENSIONS = ("all", *_names("entry_page exit_page source channel campaign country browser os device"))
+
+
+@dataclass(frozen=True)
+class Range:
+    """``minimum <= column <= maximum`` on every non-null row (None: unbounded)."""
+
+    column: str
+    minimum: int | None
+    maximum: int | None = None
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A column derived before validation: ``later - earlier`` (in seconds for timestamps)."""
+
+    name: str
+    later: str
+    earlier: str
+
+
+@dataclass(frozen=True)
+class Contract:
+    """The checks of one table, applied to one date partition at a time."""
+
+    table: str
+    partition_by: str
+    columns: Mapping[str, str]  # required column -> Delta type; extra columns are allowed (additive evolution)
+    keys: tuple[str, ...]  # unique together within a partition, and never null
+    not_null: tuple[str, ...] = ()
+    ranges: tuple[Range, ...] = ()
+    in_sets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    at_least: tuple[tuple[str, str], ...] = ()  # (a, b): a >= b on every row
+    day_column: tuple[str, TimeKind] | None = None  # falls within the partition's day
+    sane_times: tuple[tuple[str, TimeKind], ...] = ()  # within [earliest_year, now + clock skew]
+    differences: tuple[Difference, ...] = ()
+    freshness: tuple[str, TimeKind] | None = None  # today's newest value must be recent
+
+
+def _raw_pageviews(q: QualitySettings) -> Contract:
+    columns = {name: _DELTA_TYPES[sql] for name, (sql, _) in FIELDS.items()}
+    columns |= {name: _DELTA_TYPES[sql] for name, sql in RAW_EXTRA_FIELDS.items()}
+    skew_ms = q.clock_skew_minutes * 60_000
+    return Contract(
+        table="raw.pageviews",
+        partition_by="event_date",
+        columns=columns,
+        keys=("event_id",),
+        not_null=_names(
+            "type site_id url path visitor_id event_time ts_received is_bot schema_version event_date"
+            " kafka_partition kafka_offset"
+        ),
+        ranges=(
+            Range("engagement_ms", 0, q.max_engagement_minutes * 60_000),
+            Range("load_ms", 0, q.max_load_seconds * 1000),
+            Range("screen_w", 0),
+            Range("schema_version", 1),
+            Range("kafka_partition", 0),
+            Range("kafka_offset", 0),
+            # event_time is ts_event corrected by (ts_received - ts_sent), so it is never much later
+            # than the arrival; a negative delay beyond the skew means a broken correction.
+            Range("arrival_delay_ms", -skew_ms),
+        ),
+        in_sets={"type": EVENT_TYPES},
+        day_column=("event_time", "ms"),
+        sane_times=(("ts_received", "ms"),),
+        differences=(Difference("arrival_delay_ms", "ts_received", "event_time"),),
+        freshness=("ts_received", "ms"),
+    )
+
+
+def _raw_rejected() -> Contract:
+    from archiver.tables import RAW_REJECTED_SCHEMA  # here: keeps pyarrow out of `tally --help`
+
+    return Contract(
+        table="raw.rejected",
+        partition_by="rejected_date",
+        columns={f.name: _ARROW_TO_DELTA[str(f.type)] for f in RAW_REJECTED_SCHEMA},
+        keys=("source_topic", "kafka_partition", "kafka_offset"),
+        not_null=_names("kind received_at component payload_size truncated rejected_date"),
+        ranges=(
+            Range("status", 0, 599),
+            Range("payload_size", 0),
+            Range("kafka_partition", 0),
+            Range("kafka_offset", 0),
+        ),
+        in_sets={"kind": tuple(sorted(FAILURE_KINDS))},
+        day_column=("received_at", "ms"),
+    )
+
+
+_WINDOW_KEYS = ("site_id", "window_start", "dimension", "value")
+_WINDOWED = "site_id STRING, window_start TIMESTAMP, window_end TIMESTAMP"
+_WINDOW_LENGTH = Difference("window_seconds", "window_end", "window_start")
+
+
+def _traffic(table: str, seconds: int) -> Contract:
+    return Contract(
+        table=table,
+        partition_by="event_date",
+        columns=_ddl(
+            f"{_WINDOWED}, dimension STRING, value STRING, pageviews BIGINT, events BIGINT, visitors_sketch BINARY,"
+            " engagement_ms_digest BINARY, load_ms_digest BINARY, event_date DATE"
+        ),
+        keys=_WINDOW_KEYS,
+        not_null=_names("window_end pageviews events visitors_sketch"),
+        ranges=(Range("pageviews", 0), Range("events", 0), Range("window_seconds", seconds, seconds)),
+        in_sets={"dimension": TRAFFIC_DIMENSIONS},
+        day_column=("window_start", "timestamp"),
+        differences=(_WINDOW_LENGTH,),
+        freshness=("window_end", "timestamp") if seconds == 60 else None,
+    )
+
+
+def _active_5m() -> Contract:
+    return Contract(
+        table="agg.active_5m",
+        partition_by="event_date",
+        columns=_ddl(f"{_WINDOWED}, visitors_sketch BINARY, pageviews BIGINT, event_date DATE"),
+        keys=("site_id", "window_start"),
+        not_null=_names("window_end pageviews visitors_sketch"),
+        ranges=(Range("pageviews", 0), Range("window_seconds", 300, 300)),
+        day_column=("window_start", "timestamp"),
+        differences=(_WINDOW_LENGTH,),
+        freshness=("window_end", "timestamp"),
+    )
+
+
+def _sessions(q: QualitySettings) -> Contract:
+    return Contract(
+        table="agg.sessions",
+        partition_by="event_date",
+        columns=_ddl(
+            "site_id STRING, visitor_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, duration_ms BIGINT,"
+            " pageviews BIGINT, events BIGINT, engaged_ms BIGINT, bounce BOOLEAN, entry_page STRING, exit_page STRING,"
+            " source STRING, channel STRING, campaign STRING, country STRING, browser STRING, os STRING,"
+            " device STRING, event_date DATE"
+        ),
+        keys=("site_id", "visitor_id", "session_start"),
+        not_null=_names("session_end duration_ms pageviews events engaged_ms bounce"),
+        # A visit has at least one page view (jobs/sessions.py leaves the others out).
+        ranges=(
+            Range("duration_ms", 0, q.max_session_hours * 3_600_000),
+            Range("pageviews", 1),
+            Range("events", 0),
+            Range("engaged_ms", 0),
+            Range("session_seconds", 0),
+        ),
+        day_column=("session_start", "timestamp"),
+        # A derived difference, not a GX column pair: GX's pair check trips over tz-aware timestamps.
+        differences=(Difference("session_seconds", "session_end", "session_start"),),
+    )
+
+
+def _visits(table: str, seconds: int) -> Contract:
+    return Contract(
+        table=table,
+        partition_by="event_date",
+        columns=_ddl(
+            f"{_WINDOWED}, dimension STRING, value STRING, visits BIGINT, bounces BIGINT, duration_ms BIGINT,"
+            " pageviews BIGINT, event_date DATE"
+        ),
+        keys=_WINDOW_KEYS,
+        not_null=_names("window_end visits bounces duration_ms pageviews"),
+        ranges=(
+            Range("visits", 1),
+            Range("bounces", 0),
+            Range("duration_ms", 0),
+            Range("window_seconds", seconds, seconds),
+        ),
+        in_sets={"dimension": VISIT_DIMENSIONS},
+        at_least=(("visits", "bounces"), ("pageviews", "visits")),  # every visit has a page view
+        day_column=("window_start", "timestamp"),
+        differences=(_WINDOW_LENGTH,),
+    )
+
+
+def _ratelimit() -> Contract:
+    return Contract(
+        table="agg.ratelimit",
+        partition_by="event_date",
+        columns=_ddl(f"{_WINDOWED}, client_hash STRING, pageviews BIGINT, event_date DATE"),
+        keys=("site_id", "client_hash", "window_start"),
+        not_null=_names("window_end pageviews"),
+        ranges=(Range("pageviews", 1), Range("window_seconds", 3600, 3600)),
+        day_column=("window_start", "timestamp"),
+        differences=(_WINDOW_LENGTH,),
+    )
+
+
+def _late_events() -> Contract:
+    return Contract(
+        table="agg.late_events",
+        partition_by="event_date",
+        columns=_ddl(
+            "query STRING, batch_id BIGINT, recorded_at TIMESTAMP, watermark TIMESTAMP, late_rows BIGINT,"
+            " event_date DATE"
+        ),
+        keys=("query", "batch_id"),
+        not_null=_names("recorded_at late_rows"),
+        ranges=(Range("batch_id", 0), Range("late_rows", 0)),
+        day_column=("recorded_at", "timestamp"),
+    )
+
+
+def contracts(q: QualitySettings) -> dict[str, Contract]:
+    """Every checked table's contract, by table name, in the order ``tally check`` runs them."""
+    every = (
+        _raw_pageviews(q),
+        _raw_rejected(),
+        _traffic("agg.traffic_1m", 60),
+        _traffic("agg.traffic_1h", 3600),
+        _traffic("agg.traffic_1d", 86400),
+        _active_5m(),
+        _sessions(q),
+        _visits("agg.visits_1h", 3600),
+        _visits("agg.visits_1d", 86400),
+        _ratelimit(),
+        _late_events(),
+    )
+    assert tuple(c.table for c in every) == CHECKED_TABLES, "CHECKED_TABLES must list every contract, in order"
+    return {c.table: c for c in every}

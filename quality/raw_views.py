@@ -1,0 +1,200 @@
+"""Raw = views: every view holds exactly the raw events it was computed from.
+
+Pure comparison logic. Views count non-bot page views once per event_id (``is_bot`` rows stay in
+raw but are never reported), so per date:
+
+- **page views**: raw's page views equal the sum of ``pageviews`` in ``agg.traffic_1m``, ``_1h``
+  and ``_1d`` (dimension ``all``);
+- **page views of visits**: each raw page view is attributed to its visit in ``agg.sessions``
+  (same site and visitor, ``session_start <= event_time <= session_end``) and counted on the
+  visit's date, as the views date a visit by its start; the sums of ``pageviews`` in
+  ``agg.sessions`` and ``agg.visits_1d`` (``all``) equal that count. Page views that belong to
+  no visit are reported as **page views without a visit**;
+- **visitors**: the union estimate of the day's ``agg.traffic_1d`` (``all``) visitor sketches is
+  within its own 2-sigma bounds of the exact distinct visitors in raw.
+
+Views fall short of raw when the stream dropped events that arrived after the watermark; such a
+shortfall is named as late events (raw's arrival times, and ``agg.late_events``), with the
+backfill that fixes it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from quality.findings import KAFKA_RAW, RAW_VIEWS, SKETCHES, Finding, backfill_hint
+from tally.sketches import union_estimate
+
+RAW = "raw.pageviews"
+TRAFFIC_TABLES = ("agg.traffic_1m", "agg.traffic_1h", "agg.traffic_1d")
+_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def parse_interval(text: str) -> dt.timedelta:
+    """A Spark interval such as ``"10 minutes"`` (``spark.watermark``) as a timedelta."""
+    match = re.fullmatch(r"\s*(\d+)\s*(second|minute|hour|day)s?\s*", text.lower())
+    if match is None:
+        raise ValueError(f"{text!r} is not an interval like '10 minutes' (seconds, minutes, hours or days)")
+    return dt.timedelta(seconds=int(match[1]) * _UNITS[match[2]])
+
+
+@dataclass(frozen=True)
+class ViewsInput:
+    """What the comparison reads, already limited to the audited site (if any)."""
+
+    dates: tuple[dt.date, ...]
+    # raw events of the dates and the day after: event_id, event_date, type, is_bot, site_id,
+    # visitor_id, event_time, ts_received
+    events: pd.DataFrame
+    traffic: Mapping[str, pd.DataFrame]  # table -> its 'all' rows: event_date, pageviews
+    sessions: (
+        pd.DataFrame
+    )  # from the day before: site_id, visitor_id, session_start, session_end, pageviews, event_date
+    visits_1d: pd.DataFrame  # 'all' rows: event_date, pageviews
+    visitor_sketches: pd.DataFrame  # agg.traffic_1d 'all' rows: event_date, visitors_sketch
+    late_events: pd.DataFrame  # agg.late_events: query, late_rows, event_date (the date it was recorded)
+    watermark: dt.timedelta
+
+
+def reportable(events: pd.DataFrame) -> pd.DataFrame:
+    """Events the views count: not bots, once per event_id."""
+    return events[~events["is_bot"].fillna(False).astype(bool)].drop_duplicates("event_id")
+
+
+def _per_date(frame: pd.DataFrame, column: str | None = None) -> dict[dt.date, int]:
+    if frame.empty:
+        return {}
+    if column is None:
+        return {d: int(n) for d, n in frame["event_date"].value_counts().items()}
+    return {d: int(n) for d, n in frame.groupby("event_date")[column].sum().items()}
+
+
+def _ms(timestamps: pd.Series) -> pd.Series:
+    return (timestamps - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)
+
+
+def visit_dates(pageviews: pd.DataFrame, sessions: pd.DataFrame) -> pd.Series:
+    """For each page view (by index), the date of the visit that holds it, or None (no visit does)."""
+    if pageviews.empty or sessions.empty:
+        return pd.Series([None] * len(pageviews), index=pageviews.index, dtype=object)
+    left = pageviews[["site_id", "visitor_id", "event_time"]].astype({"event_time": "int64"})
+    left = left.assign(row=pageviews.index).sort_values("event_time")
+    right = pd.DataFrame(
+        {
+            "site_id": sessions["site_id"],
+            "visitor_id": sessions["visitor_id"],
+            "start": _ms(sessions["session_start"]).astype("int64"),
+            "end": _ms(sessions["session_end"]).astype("int64"),
+            "visit_date": sessions["event_date"],
+        }
+    ).sort_values("start")
+    matched = pd.merge_asof(
+        left, right, left_on="event_time", right_on="start", by=["site_id", "visitor_id"], direction="backward"
+    )
+    inside = matched["end"].notna() & (matched["event_time"] <= matched["end"])
+    dates = matched["visit_date"].astype(object).where(inside, None)
+    return pd.Series(dates.to_numpy(), index=matched["row"].to_numpy(), dtype=object).reindex(pageviews.index)
+
+
+def _count(check: str, name: str, subject: str, day: dt.date, expected: int, actual: int, what: str) -> Finding:
+    diff = actual - expected
+    shown = f"{subject}: {actual:,} {what}, {RAW}: {expected:,}" + (f" ({diff:+,})" if diff else "")
+    return Finding(check, name, subject, day, expected, actual, diff == 0, shown)
+
+
+def reconcile_raw_views(data: ViewsInput) -> list[Finding]:
+    """Every per-date comparison of raw with the views, with late events named where they explain a gap."""
+    pageviews = reportable(data.events)
+    pageviews = pageviews[pageviews["type"] == "pageview"]
+    expected = _per_date(pageviews)
+    findings: list[Finding] = []
+    for table in TRAFFIC_TABLES:
+        actual = _per_date(data.traffic[table], "pageviews")
+        for day in data.dates:
+            findings.append(
+                _count(RAW_VIEWS, "page views", table, day, expected.get(day, 0), actual.get(day, 0), "page views")
+            )
+    visit_of = visit_dates(pageviews, data.sessions)
+    in_visits = _per_date(pd.DataFrame({"event_date": visit_of.dropna()}))
+    sessions = _per_date(data.sessions, "pageviews")
+    visits_1d = _per_date(data.visits_1d, "pageviews")
+    orphans = pageviews[visit_of.isna() & pageviews["event_date"].isin(list(data.dates))]
+    for day in data.dates:
+        want = in_visits.get(day, 0)
+        what = "page views in visits"
+        findings.append(
+            _count(RAW_VIEWS, "page views of visits", "agg.sessions", day, want, sessions.get(day, 0), what)
+        )
+        findings.append(
+            _count(RAW_VIEWS, "page views of visits", "agg.visits_1d", day, want, visits_1d.get(day, 0), what)
+        )
+        lonely = orphans[orphans["event_date"] == day]
+        message = f"{len(lonely):,} of {RAW}'s page views belong to no visit in agg.sessions"
+        if len(lonely):
+            message += f": {', '.join(lonely['event_id'].astype(str).head(3))}"
+        findings.append(
+            Finding(RAW_VIEWS, "page views without a visit", "agg.sessions", day, 0, len(lonely), lonely.empty, message)
+        )
+    findings += _visitors(data)
+    return _explain(findings, data, pageviews)
+
+
+def _visitors(data: ViewsInput) -> list[Finding]:
+    events = reportable(data.events)
+    findings = []
+    for day in data.dates:
+        exact = int(events.loc[events["event_date"] == day, "visitor_id"].nunique())
+        sketches = data.visitor_sketches.loc[data.visitor_sketches["event_date"] == day, "visitors_sketch"]
+        estimate = union_estimate(bytes(s) for s in sketches if s is not None)
+        ok = estimate.lower <= exact <= estimate.upper
+        message = (
+            f"agg.traffic_1d visitors ≈ {estimate.value:,.1f} (2-sigma bounds {estimate.lower:,.1f} .. "
+            f"{estimate.upper:,.1f}), exact distinct visitors in {RAW}: {exact:,}"
+        )
+        findings.append(Finding(SKETCHES, "visitors", "agg.traffic_1d", day, exact, round(estimate.value), ok, message))
+    return findings
+
+
+def _late_arrivals(pageviews: pd.DataFrame, watermark: dt.timedelta) -> dict[dt.date, int]:
+    delay = pageviews["ts_received"] - pageviews["event_time"]
+    return _per_date(pageviews[delay > watermark / dt.timedelta(milliseconds=1)])
+
+
+def _recorded_late_since(late_events: pd.DataFrame, day: dt.date) -> int:
+    """Late rows the stream recorded on or after ``day`` (each query counts an event once; take the largest)."""
+    if late_events.empty:
+        return 0
+    since = late_events[late_events["event_date"] >= day]
+    return int(since.groupby("query")["late_rows"].sum().max()) if not since.empty else 0
+
+
+def _explain(findings: Sequence[Finding], data: ViewsInput, pageviews: pd.DataFrame) -> list[Finding]:
+    """Give each mismatch its likely cause and the command that fixes it."""
+    late = _late_arrivals(pageviews, data.watermark)
+    explained = []
+    for f in findings:
+        if f.ok or f.date is None or f.expected is None or f.actual is None:
+            explained.append(f)
+            continue
+        short = f.actual > 0 if f.name == "page views without a visit" else f.actual < f.expected
+        arrived_late, recorded = late.get(f.date, 0), _recorded_late_since(data.late_events, f.date)
+        if short and (arrived_late or recorded):
+            cause = (
+                f"; late events: {arrived_late:,} of {RAW}'s page views of {f.date} arrived more than the watermark"
+                f" ({data.watermark}) after their event time, and agg.late_events counted {recorded:,} late rows"
+                f" since {f.date}: the stream dropped them"
+            )
+            hint = backfill_hint(f.date) + " (it counts late events)"
+        elif short:
+            cause, hint = f"; the view misses events of {RAW}", backfill_hint(f.date)
+        else:
+            cause = f"; the view counts more than {RAW}: raw lost rows after the view was computed (see {KAFKA_RAW})"
+            cause += " or the view was changed"
+            hint = backfill_hint(f.date)
+        explained.append(replace(f, message=f.message + cause, hint=hint))
+    return explained

@@ -1,0 +1,180 @@
+"""The Delta adapter of quality: read one partition of a checked table, append results, with delta-rs.
+
+Everything here runs without a JVM. The quality tables live beside the others in the warehouse:
+``quality.results`` (one row per check of a partition, partitioned by that partition's date),
+``quality.audits`` (one row per comparison of an audit run) and ``quality.partitions``
+(see :mod:`quality.quarantine`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from quality.contracts import Contract
+from quality.findings import CheckResult
+from tally.settings import Settings
+
+RESULTS = "quality.results"
+AUDITS = "quality.audits"
+
+T = TypeVar("T")
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+RESULTS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("checked_at", _TIMESTAMP),
+        ("table_name", pa.string()),
+        ("partition_date", pa.date32()),
+        ("suite", pa.string()),
+        ("check", pa.string()),
+        ("expectation", pa.string()),
+        ("column", pa.string()),
+        ("success", pa.bool_()),
+        ("unexpected_count", pa.int64()),
+        ("observed", pa.string()),
+    ]
+)
+AUDITS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("audited_at", _TIMESTAMP),
+        ("date_from", pa.date32()),
+        ("date_to", pa.date32()),
+        ("site_id", pa.string()),
+        ("check", pa.string()),
+        ("subject", pa.string()),
+        ("partition_date", pa.date32()),
+        ("expected", pa.int64()),
+        ("actual", pa.int64()),
+        ("success", pa.bool_()),
+        ("message", pa.string()),
+        ("hint", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One date partition of a table, as pandas, with the table's Delta column types."""
+
+    frame: pd.DataFrame
+    delta_types: dict[str, str]
+
+
+def open_table(settings: Settings, name: str) -> DeltaTable | None:
+    """The Delta table, or None if nothing has written it yet."""
+    try:
+        return DeltaTable(settings.table_uri(name))
+    except TableNotFoundError:
+        return None
+
+
+def delta_type_name(data_type: Any) -> str:
+    """Delta's name of a column type: ``long``, ``timestamp``, ``map<string,string>``, …"""
+    kind = getattr(data_type, "type", None)
+    if kind == "map":
+        return f"map<{delta_type_name(data_type.key_type)},{delta_type_name(data_type.value_type)}>"
+    return str(kind) if kind is not None else str(data_type.to_json())
+
+
+def read_partition(settings: Settings, contract: Contract, day: dt.date) -> Partition | None:
+    """Rows of ``day`` in the contract's table (possibly none), or None if the table does not exist."""
+    table = open_table(settings, contract.table)
+    if table is None:
+        return None
+    types = {f.name: delta_type_name(f.type) for f in table.schema().fields}
+    frame = table.to_pandas(filters=[(contract.partition_by, "=", day)])
+    return Partition(frame, types)
+
+
+def read_rows(
+    settings: Settings,
+    name: str,
+    columns: Sequence[str],
+    *,
+    start: dt.date,
+    end: dt.date,
+    partition_by: str = "event_date",
+    where: pc.Expression | None = None,
+) -> pd.DataFrame:
+    """Some columns of a table's partitions ``start..end`` (and rows matching ``where``), with delta-rs.
+
+    A table nothing has written yet reads as no rows.
+    """
+    table = open_table(settings, name)
+    if table is None:
+        return pd.DataFrame({column: [] for column in columns})
+    selected = (pc.field(partition_by) >= start) & (pc.field(partition_by) <= end)
+    if where is not None:
+        selected &= where
+    return table.to_pyarrow_dataset().to_table(filter=selected, columns=list(columns)).to_pandas()
+
+
+def retry_on_conflict(action: Callable[[], T], *, attempts: int = 5) -> T:
+    """Run a delta-rs commit, retrying when a concurrent writer (another check run) got there first."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except CommitFailedError:
+            if attempt == attempts:
+                raise
+            time.sleep(0.2 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def append(settings: Settings, name: str, rows: Sequence[dict[str, Any]], schema: pa.Schema, **options: Any) -> None:
+    """Append rows to a quality table with delta-rs, creating it on first use."""
+    if not rows:
+        return
+    data = pa.Table.from_pylist(list(rows), schema=schema)
+    retry_on_conflict(lambda: write_deltalake(settings.table_uri(name), data, mode="append", **options))
+
+
+def append_results(settings: Settings, run_id: str, checked_at: dt.datetime, results: Sequence[CheckResult]) -> None:
+    """Record a check run's results in ``quality.results``."""
+    rows = [
+        {
+            "run_id": run_id,
+            "checked_at": checked_at,
+            "table_name": r.table,
+            "partition_date": r.partition_date,
+            "suite": r.suite,
+            "check": r.check,
+            "expectation": r.expectation,
+            "column": r.column,
+            "success": r.success,
+            "unexpected_count": r.unexpected_count,
+            "observed": r.observed,
+        }
+        for r in results
+    ]
+    append(settings, RESULTS, rows, RESULTS_SCHEMA, partition_by=["partition_date"])
+
+
+def read_results(settings: Settings, run_id: str | None = None) -> pd.DataFrame:
+    """``quality.results`` (of one run, if given) as pandas; empty if no check has run yet."""
+    table = open_table(settings, RESULTS)
+    if table is None:
+        return RESULTS_SCHEMA.empty_table().to_pandas()
+    frame = table.to_pandas()
+    return frame if run_id is None else frame[frame["run_id"] == run_id]
+
+
+def read_audits(settings: Settings, run_id: str | None = None) -> pd.DataFrame:
+    """``quality.audits`` (of one run, if given) as pandas; empty if no audit has run yet."""
+    table = open_table(settings, AUDITS)
+    if table is None:
+        return AUDITS_SCHEMA.empty_table().to_pandas()
+    frame = table.to_pandas()
+    return frame if run_id is None else frame[frame["run_id"] == run_id]
