@@ -43,26 +43,33 @@ def table_exists(spark: SparkSession, uri: str) -> bool:
     return DeltaTable.isDeltaTable(spark, uri)
 
 
-def upsert(batch: DataFrame, spec: ViewSpec, settings: Settings) -> None:
+_created: set[str] = set()  # tables this process has already created (or found)
+
+
+def upsert(batch: DataFrame, spec: ViewSpec, settings: Settings, *, dates: list[dt.date] | None = None) -> None:
     """MERGE view rows into the view's table by its keys, creating the table on first use.
 
     Rows carry absolute values (whole windows, whole sessions), so replaying a micro-batch
-    after a crash writes the same values again: the sink is idempotent.
+    after a crash writes the same values again: the sink is idempotent. ``dates``, when the
+    caller knows them, saves a pass over the batch to find its partitions.
     """
     spark = batch.sparkSession
     uri = settings.table_uri(spec.table)
-    dates = sorted(str(r[0]) for r in batch.select(spec.partition_by).distinct().collect())
+    if dates is None:
+        dates = [r[0] for r in batch.select(spec.partition_by).distinct().collect()]
     if not dates:
         return
-    (
-        DeltaTable.createIfNotExists(spark)
-        .location(uri)
-        .addColumns(batch.schema)
-        .partitionedBy(spec.partition_by)
-        .execute()
-    )
+    if uri not in _created:
+        (
+            DeltaTable.createIfNotExists(spark)
+            .location(uri)
+            .addColumns(batch.schema)
+            .partitionedBy(spec.partition_by)
+            .execute()
+        )
+        _created.add(uri)
     # The literal date list lets Delta prune partitions: a MERGE must not scan the whole table.
-    in_dates = ", ".join(f"DATE'{d}'" for d in dates)
+    in_dates = ", ".join(f"DATE'{d}'" for d in sorted(set(dates)))
     condition = " AND ".join([f"t.`{spec.partition_by}` IN ({in_dates})", *(f"t.`{k}` <=> s.`{k}`" for k in spec.keys)])
 
     def merge() -> None:

@@ -27,18 +27,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs import ratelimit, sessions, traffic
-from jobs.delta_sink import read_view, upsert
+from jobs.delta_sink import upsert
 from jobs.late import LateEventsListener
+from jobs.rollups import Rollups, Touched, days_between, read_range, truncate
 from jobs.views import (
-    ACTIVE_5M,
     RATELIMIT,
     SESSIONS,
-    TRAFFIC_1D,
-    TRAFFIC_1H,
     TRAFFIC_1M,
     VISITS_1D,
     VISITS_1H,
-    ViewSpec,
     events_from_kafka,
 )
 from tally.log import kv, setup_logging
@@ -68,54 +65,29 @@ def kafka_events(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
-def _touched(rows: DataFrame, ts_column: str) -> tuple[list[str], dt.datetime, dt.datetime] | None:
+def _touched(rows: DataFrame, ts_column: str) -> Touched | None:
     """Sites and the first/last timestamp a batch touched, or None for an empty batch."""
     found = rows.agg(F.collect_set("site_id"), F.min(ts_column), F.max(ts_column)).first()
     if found is None or found[1] is None:
         return None
-    return list(found[0]), found[1], found[2]
+    return Touched(frozenset(found[0]), found[1], found[2])
 
 
-def _read_range(
-    spec: ViewSpec, settings: Settings, spark: SparkSession, sites: list[str], lo: Any, hi: Any, column: str
-) -> DataFrame:
-    table = read_view(spark, spec, settings)
-    assert table is not None, f"{spec.table} was just written"
-    return table.where(F.col("site_id").isin(sites) & (F.col(column) >= F.lit(lo)) & (F.col(column) < F.lit(hi)))
-
-
-def write_traffic(settings: Settings) -> BatchWriter:
+def write_traffic(settings: Settings, rollups: Rollups) -> BatchWriter:
     def write(batch: DataFrame, batch_id: int) -> None:
-        spark = batch.sparkSession
         minutes = traffic.with_digests(batch).persist()
         try:
             touched = _touched(minutes, "window_start")
             if touched is None:
                 return
-            sites, lo, hi = touched
-            upsert(minutes, TRAFFIC_1M, settings)
-            hour_lo, hour_hi = _trunc(lo, "hour"), _trunc(hi, "hour") + dt.timedelta(hours=1)
-            hours = traffic.roll_up(
-                _read_range(TRAFFIC_1M, settings, spark, sites, hour_lo, hour_hi, "window_start"), "hour"
-            )
-            upsert(hours, TRAFFIC_1H, settings)
-            day_lo, day_hi = _trunc(lo, "day"), _trunc(hi, "day") + dt.timedelta(days=1)
-            days = traffic.roll_up(
-                _read_range(TRAFFIC_1H, settings, spark, sites, day_lo, day_hi, "window_start"), "day"
-            )
-            upsert(days, TRAFFIC_1D, settings)
-            # Hopping windows that contain a touched minute: they start up to 4 minutes earlier.
-            first, last = lo - dt.timedelta(minutes=4), hi + dt.timedelta(minutes=5)
-            around = _read_range(TRAFFIC_1M, settings, spark, sites, first, last, "window_start")
-            active = traffic.active_visitors(around).where(
-                (F.col("window_start") >= F.lit(first)) & (F.col("window_start") <= F.lit(hi))
-            )
-            upsert(active, ACTIVE_5M, settings)
+            upsert(minutes, TRAFFIC_1M, settings, dates=days_between(touched.first, touched.last))
+            rollups.touch(touched)
             log.info(
-                "traffic batch written", extra=kv(batch_id=batch_id, sites=len(sites), first=str(lo), last=str(hi))
+                "traffic batch written", extra=kv(batch_id=batch_id, first=str(touched.first), last=str(touched.last))
             )
         finally:
             minutes.unpersist()
+        rollups.run_if_due(batch.sparkSession)
 
     return write
 
@@ -126,13 +98,12 @@ def write_sessions(settings: Settings) -> BatchWriter:
         touched = _touched(batch, "session_start")
         if touched is None:
             return
-        sites, lo, hi = touched
-        upsert(batch, SESSIONS, settings)
+        sites, lo, hi = touched.sites, touched.first, touched.last
+        upsert(batch, SESSIONS, settings, dates=days_between(lo, hi))
         for grain, spec, step in (("hour", VISITS_1H, dt.timedelta(hours=1)), ("day", VISITS_1D, dt.timedelta(days=1))):
-            span = _read_range(
-                SESSIONS, settings, spark, sites, _trunc(lo, grain), _trunc(hi, grain) + step, "session_start"
-            )
-            upsert(sessions.visits(span, grain), spec, settings)  # type: ignore[arg-type]
+            first, last = truncate(lo, grain), truncate(hi, grain) + step
+            span = read_range(SESSIONS, settings, spark, sites, first, last, "session_start")
+            upsert(sessions.visits(span, grain), spec, settings, dates=days_between(lo, hi))  # type: ignore[arg-type]
         log.info("sessions batch written", extra=kv(batch_id=batch_id, sites=len(sites)))
 
     return write
@@ -169,12 +140,6 @@ def write_ratelimit(settings: Settings) -> BatchWriter:
     return write
 
 
-def _trunc(ts: dt.datetime, grain: str) -> dt.datetime:
-    if grain == "hour":
-        return ts.replace(minute=0, second=0, microsecond=0)
-    return ts.replace(hour=0, minute=0, second=0, microsecond=0)
-
-
 @dataclass
 class ViewJob:
     """The running view queries of one Spark session, and the late-events listener they report to."""
@@ -183,12 +148,19 @@ class ViewJob:
     settings: Settings
     queries: list[Any] = field(default_factory=list)
     late: LateEventsListener = field(default_factory=LateEventsListener)
+    rollups: Rollups | None = None
 
     def process_all_available(self) -> None:
-        """Block until every query has processed all data available now (tests, benches)."""
+        """Block until every query has processed all data available now, then roll up (tests, benches)."""
         for query in self.queries:
             query.processAllAvailable()
+        self.housekeeping(force=True)
+
+    def housekeeping(self, *, force: bool = False) -> None:
+        """Record late-event figures; roll up minutes the traffic query left pending."""
         self.late.flush(self.spark, self.settings)
+        if self.rollups is not None:
+            self.rollups.run_if_due(self.spark, force=force)
 
     def stop(self) -> None:
         for query in self.queries:
@@ -199,12 +171,19 @@ class ViewJob:
 def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
     """Start the view queries (traffic, sessions, rate limit) and return them."""
     spark = spark_session(settings, "tally-views")
-    job = ViewJob(spark, settings)
+    job = ViewJob(spark, settings, rollups=Rollups(settings))
+    assert job.rollups is not None
+    job.rollups.recover(spark)
     spark.streams.addListener(job.late)
     checkpoints = checkpoint_root or str(settings.home_dir / "checkpoints")
     gap = settings.spark.session_gap
     plans: list[tuple[str, DataFrame, str, BatchWriter]] = [
-        ("traffic", traffic.traffic_minutes(kafka_events(spark, settings)), "update", write_traffic(settings)),
+        (
+            "traffic",
+            traffic.traffic_minutes(kafka_events(spark, settings)),
+            "update",
+            write_traffic(settings, job.rollups),
+        ),
         ("sessions", sessions.sessions(kafka_events(spark, settings), gap), "append", write_sessions(settings)),
         (
             "ratelimit",
@@ -240,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     # The main thread records late-event figures between checks that every query is alive.
     try:
         while not job.spark.streams.awaitAnyTermination(settings.spark.trigger_seconds):
-            job.late.flush(job.spark, settings)
+            job.housekeeping()
     except StreamingQueryException as e:
         log.error("a view query failed; fix the cause, then `tally up` restarts it", extra=kv(error=str(e)[:2000]))
     job.late.flush(job.spark, settings)

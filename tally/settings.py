@@ -58,6 +58,7 @@ class SparkSettings:
     trigger_seconds: int = 5
     watermark: str = "10 minutes"
     session_gap: str = "30 minutes"
+    rollup_seconds: float = 30.0  # how often the hour/day/5-minute views are re-rolled from the minutes
     metrics_port: int = 8794  # Prometheus /metrics of the streaming views on 127.0.0.1; 0 = off
 
 

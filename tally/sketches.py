@@ -131,7 +131,9 @@ def merge_digests(digests: Iterable[bytes | None]) -> bytes | None:
     order = np.lexsort((points, weights, means))  # stable: equal keys are interchangeable
     means, weights, points = means[order], weights[order], points[order]
     if not np.all(np.isfinite(means)) or np.any(weights <= 0) or weights.sum() != sum(d.count for d in full):
-        raise ValueError("corrupt t-digest among the inputs: means must be finite, weights positive, summing to the count")
+        raise ValueError(
+            "corrupt t-digest among the inputs: means must be finite, weights positive and sum to the count"
+        )
     # Coalesce equal point masses first (lossless), as digest_from_values does for raw duplicates.
     first = np.ones(means.size, np.bool_)
     first[1:] = ~(points[1:] & points[:-1] & (means[1:] == means[:-1]))

@@ -1,0 +1,211 @@
+"""The GX suites build against the pinned Great Expectations, pass well-formed partitions, and name what breaks."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+
+import great_expectations as gx
+import pandas as pd
+import pytest
+
+from quality.contracts import CHECKED_TABLES, Contract, contracts
+from quality.suites import SuiteRunner, build_freshness_suite, build_suite, schema_result
+from tally.settings import QualitySettings
+
+DAY = dt.date(2026, 1, 10)
+NOW = dt.datetime(2026, 1, 12, 9, 0, tzinfo=dt.UTC)
+QUALITY = QualitySettings()
+CONTRACTS = contracts(QUALITY)
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[SuiteRunner]:
+    yield SuiteRunner(QUALITY)
+
+
+def test_the_pinned_great_expectations_version_is_the_one_the_suites_are_written_for() -> None:
+    assert gx.__version__ == "1.24.1"
+
+
+@pytest.mark.parametrize("table", CHECKED_TABLES)
+def test_every_suite_builds_against_the_installed_great_expectations(runner: SuiteRunner, table: str) -> None:
+    # GX wants an active data context to add expectations; the runner's ephemeral one is it.
+    contract = CONTRACTS[table]
+    suite = build_suite(contract)
+    assert suite.name == table
+    names = [(e.meta or {}).get("check") for e in suite.expectations]
+    assert len(names) == len(set(names)), "each check has its own readable name"
+    assert "columns" in names and f"{', '.join(contract.keys)} unique" in names
+    freshness = build_freshness_suite(contract)
+    assert (freshness is None) == (contract.freshness is None)
+
+
+def _value(contract: Contract, column: str, kind: str, row: int, day: dt.date) -> object:
+    """A value that satisfies the contract, for a well-formed partition."""
+    start = dt.datetime.combine(day, dt.time(12), dt.UTC) + dt.timedelta(minutes=row)
+    if column in contract.in_sets:
+        return contract.in_sets[column][0]
+    if kind == "timestamp":
+        return start
+    if kind == "date":
+        return day
+    if kind == "boolean":
+        return False
+    if kind == "binary":
+        return b"\x01"
+    if kind == "map<string,string>":
+        return []
+    if kind in ("long", "integer"):
+        if contract.day_column == (column, "ms") or (column, "ms") in contract.sane_times:
+            return int(start.timestamp() * 1000)
+        return 1
+    return f"{column}-{row}"
+
+
+def well_formed(contract: Contract, day: dt.date = DAY, rows: int = 3) -> pd.DataFrame:
+    frame = pd.DataFrame(
+        {c: [_value(contract, c, kind, i, day) for i in range(rows)] for c, kind in contract.columns.items()}
+    )
+    for difference in contract.differences:  # later - earlier: the smallest difference the contract allows
+        smallest = max(next((r.minimum or 0 for r in contract.ranges if r.column == difference.name), 0), 0)
+        timestamps = contract.columns[difference.earlier] == "timestamp"
+        frame[difference.later] = frame[difference.earlier] + (
+            dt.timedelta(seconds=smallest) if timestamps else smallest
+        )
+    for column, kind in contract.columns.items():
+        if kind == "timestamp":
+            frame[column] = pd.to_datetime(frame[column], utc=True).dt.as_unit("us")
+    return frame
+
+
+def _failed(runner: SuiteRunner, table: str, frame: pd.DataFrame, day: dt.date = DAY) -> list[str]:
+    return [r.check for r in runner.validate(CONTRACTS[table], day, frame, now=NOW) if not r.success]
+
+
+@pytest.mark.parametrize("table", CHECKED_TABLES)
+def test_a_well_formed_partition_passes_every_check(runner: SuiteRunner, table: str) -> None:
+    assert _failed(runner, table, well_formed(CONTRACTS[table])) == []
+
+
+def test_an_empty_partition_of_a_past_day_passes(runner: SuiteRunner) -> None:
+    assert _failed(runner, "agg.traffic_1m", well_formed(CONTRACTS["agg.traffic_1m"]).iloc[:0]) == []
+
+
+Mutation = Callable[[pd.DataFrame], None]
+
+
+def _set(column: str, value: object, row: int = 1) -> Mutation:
+    def mutate(frame: pd.DataFrame) -> None:
+        frame[column] = frame[column].astype(object)
+        frame.at[row, column] = value
+
+    return mutate
+
+
+def _shift(column: str, by: dt.timedelta) -> Mutation:
+    def mutate(frame: pd.DataFrame) -> None:
+        frame.loc[1, column] = frame.loc[1, column] + by
+
+    return mutate
+
+
+MINUTE, DAY_SPAN = dt.timedelta(minutes=1), dt.timedelta(days=1)
+DAY_MS = 86_400_000
+
+
+def _ms(moment: dt.datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _copy_first_row(frame: pd.DataFrame) -> None:
+    frame.iloc[1] = frame.iloc[0]
+
+
+KEYS_1H = "site_id, window_start, dimension, value unique"
+DEFECTS: list[tuple[str, str, Mutation, str]] = [
+    ("raw.pageviews", "a duplicated event", _copy_first_row, "event_id unique"),
+    ("raw.pageviews", "a missing visitor", _set("visitor_id", None), "visitor_id not null"),
+    ("raw.pageviews", "a negative duration", _set("engagement_ms", -5), "engagement_ms in [0, 86400000]"),
+    ("raw.pageviews", "an event of another day", _set("event_time", _ms(NOW)), "event_time within the partition's day"),
+    ("raw.pageviews", "seconds stored as ms", _set("ts_received", 1_768_000_000), "ts_received within sane bounds"),
+    ("raw.pageviews", "an unknown event type", _set("type", "click"), "type known"),
+    (
+        "raw.pageviews",
+        "a broken skew correction",
+        _set("ts_received", _ms(NOW) - 2 * DAY_MS),
+        "arrival_delay_ms >= -600000",
+    ),
+    ("raw.pageviews", "no Kafka position", _set("kafka_offset", None), "kafka_offset not null"),
+    ("raw.rejected", "an unknown failure kind", _set("kind", "oops"), "kind known"),
+    ("agg.traffic_1m", "a negative count", _set("pageviews", -1), "pageviews >= 0"),
+    ("agg.traffic_1m", "a window too long", _shift("window_end", MINUTE), "window_seconds in [60, 60]"),
+    ("agg.traffic_1h", "a doubled key", _copy_first_row, KEYS_1H),
+    (
+        "agg.traffic_1d",
+        "a window of another day",
+        _shift("window_start", 2 * DAY_SPAN),
+        "window_start within the partition's day",
+    ),
+    ("agg.sessions", "a negative duration", _set("duration_ms", -1), "duration_ms in [0, 86400000]"),
+    ("agg.sessions", "an end before the start", _shift("session_end", -60 * MINUTE), "session_seconds >= 0"),
+    ("agg.visits_1d", "more bounces than visits", _set("bounces", 5), "visits >= bounces"),
+    ("agg.visits_1d", "a lost column", lambda f: f.drop(columns="bounces", inplace=True), "columns"),
+    ("agg.late_events", "a negative late count", _set("late_rows", -1), "late_rows >= 0"),
+]
+
+
+@pytest.mark.parametrize(("table", "defect", "mutate", "check"), DEFECTS, ids=[f"{d[0]}: {d[1]}" for d in DEFECTS])
+def test_a_defect_fails_the_check_that_names_it(
+    runner: SuiteRunner, table: str, defect: str, mutate: Mutation, check: str
+) -> None:
+    frame = well_formed(CONTRACTS[table])
+    mutate(frame)
+    assert check in _failed(runner, table, frame)
+
+
+def test_a_failed_check_reports_the_offending_values(runner: SuiteRunner) -> None:
+    frame = well_formed(CONTRACTS["agg.traffic_1m"])
+    frame.loc[2, "pageviews"] = -7
+    (failed,) = [r for r in runner.validate(CONTRACTS["agg.traffic_1m"], DAY, frame, now=NOW) if not r.success]
+    assert failed.unexpected_count == 1 and "-7" in failed.observed and failed.column == "pageviews"
+
+
+def test_a_missing_column_is_named_in_the_checks_that_need_it(runner: SuiteRunner) -> None:
+    frame = well_formed(CONTRACTS["agg.ratelimit"]).drop(columns="pageviews")
+    results = runner.validate(CONTRACTS["agg.ratelimit"], DAY, frame, now=NOW)
+    assert any('"missing_column": "pageviews"' in r.observed for r in results if not r.success)
+
+
+def test_freshness_is_checked_on_todays_partition_only(runner: SuiteRunner) -> None:
+    contract = CONTRACTS["raw.pageviews"]
+    today = NOW.date()
+    frame = well_formed(contract, today)
+    frame["ts_received"] = _ms(NOW - dt.timedelta(hours=2))
+    frame["event_time"] = frame["ts_received"] - 1000
+    assert _failed(runner, "raw.pageviews", frame, today) == ["ts_received fresh"]
+    frame["ts_received"] = _ms(NOW - dt.timedelta(minutes=5))
+    frame["event_time"] = frame["ts_received"] - 1000
+    assert _failed(runner, "raw.pageviews", frame, today) == []
+    suites = {r.suite for r in runner.validate(contract, DAY, well_formed(contract), now=NOW)}
+    assert suites == {"raw.pageviews"}
+
+
+def test_an_empty_partition_today_is_stale(runner: SuiteRunner) -> None:
+    frame = well_formed(CONTRACTS["agg.active_5m"], NOW.date()).iloc[:0]
+    assert "has rows today" in _failed(runner, "agg.active_5m", frame, NOW.date())
+
+
+def test_freshness_can_be_switched_off() -> None:
+    quiet = SuiteRunner(QualitySettings(freshness_minutes=0))
+    frame = well_formed(CONTRACTS["agg.traffic_1m"], NOW.date()).iloc[:0]
+    results = quiet.validate(CONTRACTS["agg.traffic_1m"], NOW.date(), frame, now=NOW)
+    assert all(r.success for r in results) and {r.suite for r in results} == {"agg.traffic_1m"}
+
+
+def test_column_types_are_checked_against_the_delta_schema() -> None:
+    contract = CONTRACTS["agg.sessions"]
+    types = dict(contract.columns) | {"pageviews": "string", "extra_column": "long"}
+    result = schema_result(contract, DAY, types)
+    assert not result.success and "pageviews" in result.observed and "extra_column" not in result.observed
+    assert schema_result(contract, DAY, dict(contract.columns)).success
