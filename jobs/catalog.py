@@ -11,7 +11,8 @@ from tally.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-TABLES = ("raw.pageviews", "raw.rejected", *(spec.table for spec in ALL_VIEWS))
+QUALITY_TABLES = ("quality.results", "quality.audits", "quality.partitions")
+TABLES = ("raw.pageviews", "raw.rejected", *(spec.table for spec in ALL_VIEWS), *QUALITY_TABLES)
 
 
 def register_tables(spark: SparkSession, settings: Settings) -> list[str]:

@@ -52,6 +52,16 @@ def run_backfill(
     except BackfillError as e:
         print(f"tally backfill: {e}", file=sys.stderr)
         return 2
+    if not dry_run:
+        # Every backfill is checked: a failing partition is quarantined until fixed.
+        from quality.checks import run_checks
+
+        days = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
+        checked = run_checks(settings, dates=days, tables=[spec.table for spec in BACKFILL_VIEWS])
+        failed = [f"{o.table} {o.partition_date}" for o in checked.outcomes if o.failed]
+        print(f"data-quality suites: {len(checked.outcomes)} partitions checked, {len(failed)} quarantined")
+        for name in failed:
+            print(f"  quarantined: {name} (see `tally check --table ... --date ...`)")
     scope = f"site {site_id}" if site_id else "every site"
     verb = "would replace" if dry_run else "replaced"
     print(f"{start} .. {end}, {scope}: {report.raw_events:,} raw events")

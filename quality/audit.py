@@ -21,7 +21,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import pandas as pd
-import pyarrow.compute as pc
 from prometheus_client import Counter
 
 from archiver.tables import ArchiveTable, raw_pageviews_schema
@@ -40,6 +39,7 @@ MISMATCHES = Counter("tally_quality_audit_mismatches", "Audit comparisons that d
 
 RAW_COLUMNS = ("event_id", "event_date", "type", "is_bot", "site_id", "visitor_id", "event_time", "ts_received")
 DAY = dt.timedelta(days=1)
+SESSIONS, LATE = "agg.sessions", "agg.late_events"
 
 
 class AuditError(Exception):
@@ -69,13 +69,11 @@ def _dates(start: dt.date, end: dt.date) -> tuple[dt.date, ...]:
     return tuple(start + dt.timedelta(days=i) for i in range((end - start).days + 1))
 
 
-def _site(site_id: str | None) -> pc.Expression | None:
-    return None if site_id is None else pc.field("site_id") == site_id
+def _site(site_id: str | None) -> dict[str, object]:
+    return {} if site_id is None else {"site_id": site_id}
 
 
-def _kafka_scan(settings: Settings, start: dt.date) -> KafkaScan:
-    lookback = dt.timedelta(hours=settings.quality.audit_lookback_hours)
-    since = dt.datetime.combine(start, dt.time(), dt.UTC) - lookback
+def _kafka_scan(settings: Settings, since: dt.datetime) -> KafkaScan:
     ranges, messages = scan_topic(settings, since=since)
     topic = settings.kafka.pageviews_topic
     raw = ArchiveTable(settings.table_uri("raw.pageviews"), raw_pageviews_schema(), "event_date")
@@ -87,25 +85,21 @@ def _views_input(
     settings: Settings, dates: tuple[dt.date, ...], events: pd.DataFrame, site_id: str | None
 ) -> ViewsInput:
     start, end = dates[0], dates[-1]
-    everything = pc.field("dimension") == "all"
-    where = everything if site_id is None else everything & (pc.field("site_id") == site_id)
-    traffic = {
-        t: read_rows(settings, t, ("event_date", "pageviews"), start=start, end=end, where=where)
-        for t in TRAFFIC_TABLES
-    }
-    session_columns = ("site_id", "visitor_id", "session_start", "session_end", "pageviews", "event_date")
+    site = _site(site_id)
+    totals = {"dimension": "all", **site}
+
+    def read(table: str, columns: tuple[str, ...], first: dt.date = start, last: dt.date = end) -> pd.DataFrame:
+        return read_rows(settings, table, columns, start=first, end=last, equals=site if table == SESSIONS else totals)
+
+    visits = ("site_id", "visitor_id", "session_start", "session_end", "pageviews", "event_date")
     return ViewsInput(
         dates=dates,
         events=events,
-        traffic=traffic,
-        sessions=read_rows(settings, "agg.sessions", session_columns, start=start - DAY, end=end, where=_site(site_id)),
-        visits_1d=read_rows(settings, "agg.visits_1d", ("event_date", "pageviews"), start=start, end=end, where=where),
-        visitor_sketches=read_rows(
-            settings, "agg.traffic_1d", ("event_date", "visitors_sketch"), start=start, end=end, where=where
-        ),
-        late_events=read_rows(
-            settings, "agg.late_events", ("query", "late_rows", "event_date"), start=start, end=dt.date.max
-        ),
+        traffic={table: read(table, ("event_date", "pageviews")) for table in TRAFFIC_TABLES},
+        sessions=read(SESSIONS, visits, start - DAY),  # visits from the evening before reach into `start`
+        visits_1d=read("agg.visits_1d", ("event_date", "pageviews")),
+        visitor_sketches=read("agg.traffic_1d", ("event_date", "visitors_sketch")),
+        late_events=read_rows(settings, LATE, ("query", "late_rows", "event_date"), start=start, end=dt.date.max),
         watermark=parse_interval(settings.spark.watermark),
     )
 
@@ -126,24 +120,26 @@ def audit(
         raise AuditError(f"no raw table at {settings.table_uri('raw.pageviews')}: start the archiver (tally up) first")
     dates = _dates(start, end)
     now = now or dt.datetime.now(dt.UTC)
-    scan = _kafka_scan(settings, start)
+    lookback = settings.quality.audit_lookback_hours
+    since = dt.datetime.combine(start, dt.time(), dt.UTC) - dt.timedelta(hours=lookback)
+    scan = _kafka_scan(settings, since)
     columns = (*RAW_COLUMNS, "kafka_partition", "kafka_offset")
     # The day after too: visits that start on the last date may run past midnight.
-    events = read_rows(settings, "raw.pageviews", columns, start=start, end=end + DAY, where=_site(site_id))
+    events = read_rows(settings, "raw.pageviews", columns, start=start, end=end + DAY, equals=_site(site_id))
     events = events.reset_index(drop=True)
     in_range = events[events["event_date"] <= end]
+    # A message is rejected when the archiver reads it, so never before it reached Kafka.
     rejected = read_rows(
         settings,
         "raw.rejected",
         ("kafka_partition", "kafka_offset"),
-        start=start - dt.timedelta(hours=settings.quality.audit_lookback_hours) - DAY,
+        start=since.date(),
         end=dt.date.max,
         partition_by="rejected_date",
-        where=pc.field("source_topic") == scan.topic,
+        equals={"source_topic": scan.topic},
     )
     findings = reconcile_kafka_raw(scan, in_range, rejected, dates, site_id=site_id)
     findings += reconcile_raw_views(_views_input(settings, dates, events, site_id))
-    lookback = settings.quality.audit_lookback_hours
     kafka = f"{scan.describe()} (from {lookback} h before {start} by message time, to the end offsets at the start)"
     report = AuditReport(uuid.uuid4().hex, now, start, end, site_id, kafka, tuple(findings))
     if record:

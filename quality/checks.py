@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prometheus_client import Counter
+from tqdm import tqdm
 
 from quality.contracts import contracts
 from quality.findings import CheckResult
@@ -66,6 +67,7 @@ def run_checks(
     now: dt.datetime | None = None,
     runner: SuiteRunner | None = None,
     record: bool = True,
+    progress: bool = False,
 ) -> CheckRun:
     """Validate each (table, date) partition; record results and verdicts unless ``record`` is off."""
     now = now or dt.datetime.now(dt.UTC)
@@ -75,9 +77,12 @@ def run_checks(
     runner = runner or SuiteRunner(settings.quality)
     outcomes: list[PartitionOutcome] = []
     missing: list[str] = []
+    bar = tqdm(total=len(tables or every) * len(dates), desc="check", unit="partition", disable=not progress)
     for table in tables or list(every):
         contract = every[table]
         for day in dates:
+            bar.set_postfix_str(f"{table} {day}")
+            bar.update()
             partition = read_partition(settings, contract, day)
             if partition is None:
                 missing.append(table)
@@ -85,6 +90,7 @@ def run_checks(
             results = runner.validate(contract, day, partition.frame, now=now)
             results.append(schema_result(contract, day, partition.delta_types))
             outcomes.append(PartitionOutcome(table, day, len(partition.frame), tuple(results)))
+    bar.close()
     run = CheckRun(uuid.uuid4().hex, now, tuple(outcomes), tuple(missing))
     if record:
         _record(settings, run)

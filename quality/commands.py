@@ -41,16 +41,23 @@ def run_check(args: argparse.Namespace, settings: Settings) -> int:
     from quality.checks import render, run_checks
 
     dates: list[dt.date] = args.dates or [parse_day("today")]
-    run = run_checks(settings, dates=sorted(set(dates)), tables=args.tables)
+    run = run_checks(settings, dates=sorted(set(dates)), tables=args.tables, progress=sys.stderr.isatty())
     print(render(run))
     return EXIT_OK if run.ok else EXIT_MISMATCH
 
 
 def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--from", dest="start", type=parse_day, required=True, help="first event date (YYYY-MM-DD, yesterday, …)"
+        "--from",
+        dest="start",
+        type=parse_day,
+        required=True,
+        metavar="DATE",
+        help="first event date: YYYY-MM-DD, today, yesterday or N-days-ago",
     )
-    parser.add_argument("--to", dest="end", type=parse_day, required=True, help="last event date, inclusive")
+    parser.add_argument(
+        "--to", dest="end", type=parse_day, required=True, metavar="DATE", help="last event date, inclusive"
+    )
     parser.add_argument("--site", help="only this site_id (default: every site)")
 
 

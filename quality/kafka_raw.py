@@ -86,7 +86,7 @@ def reconcile_kafka_raw(
     """Compare the scan with raw rows (event_id, event_date, kafka_partition, kafka_offset) of ``dates``
     and with raw.rejected positions (kafka_partition, kafka_offset) of this topic."""
     considered, pending = _considered(scan, dates, site_id)
-    decodable = scan.messages[scan.messages["event_id"].notna()]
+    in_kafka = set(scan.messages["event_id"].dropna())
     raw_ids = set(raw["event_id"])
     in_scan = _in_scan(raw, scan)
     findings: list[Finding] = []
@@ -97,7 +97,7 @@ def reconcile_kafka_raw(
         copies = rows["event_id"].value_counts()
         copies = copies[copies > 1]
         doubled = int((copies - 1).sum())
-        foreign = sorted(set(rows.loc[in_scan[rows.index], "event_id"]) - set(decodable["event_id"]))
+        foreign = sorted(set(rows.loc[in_scan[rows.index], "event_id"]) - in_kafka)
         unscanned = int((~in_scan[rows.index]).sum())
         ids_ok = not lost and not foreign
         note = f" ({unscanned:,} raw rows outside the scanned offsets: not compared)" if unscanned else ""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from quality.findings import KAFKA_RAW, RAW_VIEWS, SKETCHES, Finding, backfill_hint
+from quality.findings import KAFKA_RAW, RAW_VIEWS, SKETCHES, Finding, backfill_hint, examples
 from tally.sketches import union_estimate
 
 RAW = "raw.pageviews"
@@ -134,9 +134,11 @@ def reconcile_raw_views(data: ViewsInput) -> list[Finding]:
             _count(RAW_VIEWS, "page views of visits", "agg.visits_1d", day, want, visits_1d.get(day, 0), what)
         )
         lonely = orphans[orphans["event_date"] == day]
-        message = f"{len(lonely):,} of {RAW}'s page views belong to no visit in agg.sessions"
-        if len(lonely):
-            message += f": {', '.join(lonely['event_id'].astype(str).head(3))}"
+        if lonely.empty:
+            message = f"every page view in {RAW} belongs to a visit in agg.sessions"
+        else:
+            ids = examples(lonely["event_id"].astype(str), len(lonely))
+            message = f"no visit in agg.sessions holds {_plural(len(lonely), 'page view')} of {RAW}: {ids}"
         findings.append(
             Finding(RAW_VIEWS, "page views without a visit", "agg.sessions", day, 0, len(lonely), lonely.empty, message)
         )
@@ -158,6 +160,19 @@ def _visitors(data: ViewsInput) -> list[Finding]:
         )
         findings.append(Finding(SKETCHES, "visitors", "agg.traffic_1d", day, exact, round(estimate.value), ok, message))
     return findings
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _duration(span: dt.timedelta) -> str:
+    """``10 minutes``, ``2 hours``: the watermark as configured, not as ``0:10:00``."""
+    seconds = int(span.total_seconds())
+    for unit, size in sorted(_UNITS.items(), key=lambda u: -u[1]):
+        if seconds % size == 0:
+            return _plural(seconds // size, unit)
+    raise AssertionError("unreachable: the units include seconds")
 
 
 def _late_arrivals(pageviews: pd.DataFrame, watermark: dt.timedelta) -> dict[dt.date, int]:
@@ -185,16 +200,20 @@ def _explain(findings: Sequence[Finding], data: ViewsInput, pageviews: pd.DataFr
         arrived_late, recorded = late.get(f.date, 0), _recorded_late_since(data.late_events, f.date)
         if short and (arrived_late or recorded):
             cause = (
-                f"; late events: {arrived_late:,} of {RAW}'s page views of {f.date} arrived more than the watermark"
-                f" ({data.watermark}) after their event time, and agg.late_events counted {recorded:,} late rows"
-                f" since {f.date}: the stream dropped them"
+                f"; late events: {_plural(arrived_late, 'page view')} of {f.date} arrived more than"
+                f" {_duration(data.watermark)} after {'its' if arrived_late == 1 else 'their'} event time,"
+                f" agg.late_events counted"
+                f" {_plural(recorded, 'late row')} since {f.date}"
             )
-            hint = backfill_hint(f.date) + " (it counts late events)"
+            hint = (
+                f"late events: the stream dropped events of {f.date} that arrived after the watermark;"
+                f" a backfill counts them: tally backfill --from {f.date} --to {f.date}"
+            )
         elif short:
             cause, hint = f"; the view misses events of {RAW}", backfill_hint(f.date)
         else:
-            cause = f"; the view counts more than {RAW}: raw lost rows after the view was computed (see {KAFKA_RAW})"
-            cause += " or the view was changed"
+            cause = f"; the view counts more than {RAW}: rows lost from raw after the view was computed"
+            cause += f" (see {KAFKA_RAW}), or the view was changed"
             hint = backfill_hint(f.date)
         explained.append(replace(f, message=f.message + cause, hint=hint))
     return explained

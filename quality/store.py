@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -106,19 +106,24 @@ def read_rows(
     start: dt.date,
     end: dt.date,
     partition_by: str = "event_date",
-    where: pc.Expression | None = None,
+    equals: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
-    """Some columns of a table's partitions ``start..end`` (and rows matching ``where``), with delta-rs.
+    """Some columns of a table's partitions ``start..end``, keeping rows whose ``equals`` columns match.
 
+    Only the partition filter goes to the scan: files that delta-rs rewrote (an UPDATE, a MERGE)
+    may store strings as another Arrow type, which pyarrow cannot compare in a scan filter.
     A table nothing has written yet reads as no rows.
     """
+    equals = equals or {}
     table = open_table(settings, name)
     if table is None:
         return pd.DataFrame({column: [] for column in columns})
-    selected = (pc.field(partition_by) >= start) & (pc.field(partition_by) <= end)
-    if where is not None:
-        selected &= where
-    return table.to_pyarrow_dataset().to_table(filter=selected, columns=list(columns)).to_pandas()
+    wanted = list(dict.fromkeys([*columns, *equals]))
+    in_dates = (pc.field(partition_by) >= start) & (pc.field(partition_by) <= end)
+    frame = table.to_pyarrow_dataset().to_table(filter=in_dates, columns=wanted).to_pandas()
+    for column, value in equals.items():
+        frame = frame[frame[column] == value]
+    return frame[list(columns)].reset_index(drop=True)
 
 
 def retry_on_conflict(action: Callable[[], T], *, attempts: int = 5) -> T:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from jobs.commands import add_backfill_arguments, cmd_backfill
 from jobs.schedule import add_arguments as add_schedule_arguments
 from jobs.schedule import run as run_schedule
+from quality.commands import add_audit_arguments, add_check_arguments, run_audit, run_check
 from tally.bootstrap import SetupError, setup
 from tally.log import setup_logging
 from tally.processes import ProcessError
@@ -162,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("--no-backfill", action="store_true", help="do not recompute the visitor's dates now")
     backfill = add("backfill", cmd_backfill, "Recompute every view for a range of dates from raw.pageviews.")
     add_backfill_arguments(backfill)
+    audit = add(
+        "audit", run_audit, "Reconcile Kafka, raw.pageviews and the views for event dates; exit 1 on a mismatch."
+    )
+    add_audit_arguments(audit)
+    check = add("check", run_check, "Run the data-quality suites on table partitions; quarantine the failing ones.")
+    add_check_arguments(check)
     schedule = add("schedule", run_schedule, "Run the recurring jobs of conf/tally.yaml (cron syntax, UTC).")
     add_schedule_arguments(schedule)
     maintain = add("maintain", cmd_maintain, "Compact small files, expire old raw rows, VACUUM the raw tables.")
