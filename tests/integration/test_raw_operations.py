@@ -60,12 +60,18 @@ def test_forgetting_a_visitor_removes_their_rows_from_storage_and_keeps_others(
     wait_for(lambda: rows_of(settings, forgotten) == 30 and rows_of(settings, kept) == 20, 60, "both visitors in raw")
     table_dir = Path(settings.table_uri("raw.pageviews"))
     assert visitor_rows_in_every_file(table_dir, forgotten) == 30
+    # The views hold the visitor too: agg.sessions carries visitor ids.
+    assert tally("backfill", "--from", "today", "--to", "today").returncode == 0
+    sessions_dir = Path(settings.table_uri("agg.sessions"))
+    assert visitor_rows_in_every_file(sessions_dir, forgotten) >= 1
 
     result = tally("forget", "--site", site, "--visitor", forgotten)
     assert result.returncode == 0, result.stderr
     assert "raw.pageviews: 30 rows deleted" in result.stdout and "retention" in result.stdout
     assert rows_of(settings, forgotten) == 0 and rows_of(settings, kept) == 20
     assert visitor_rows_in_every_file(table_dir, forgotten) == 0  # the old files are gone, not just unreferenced
+    assert visitor_rows_in_every_file(sessions_dir, forgotten) == 0  # the views were rebuilt without them
+    assert visitor_rows_in_every_file(sessions_dir, kept) >= 1
     assert "running" in [
         line.split()[1] for line in tally("status").stdout.splitlines() if line.startswith("archiver")
     ]  # paused for the VACUUM, then restarted

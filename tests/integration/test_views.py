@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from jobs.backfill import backfill
+from jobs.commands import run_backfill
 from jobs.streaming import ViewJob, start
 from jobs.views import (
     ACTIVE_5M,
@@ -179,3 +180,17 @@ def _sketches(settings: Settings, day: dt.date) -> list[bytes]:
     table = DeltaTable(settings.table_uri(TRAFFIC_1D.table)).to_pandas()
     chosen = table[(table["site_id"] == SITE) & (table["dimension"] == "all") & (table["event_date"] == day)]
     return list(chosen["visitors_sketch"])
+
+
+def test_a_dry_run_backfill_reports_raw_events_per_date_and_writes_nothing(
+    streamed: dict[str, Any], spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    iso: Settings = streamed["settings"]
+    versions = {spec: DeltaTable(iso.table_uri(spec.table)).version() for spec in COMPARED}
+    code = run_backfill(iso, start=START.date(), end=START.date(), site_id=SITE, dry_run=True, progress=False)
+    out = capsys.readouterr().out
+    assert code == 0
+    raw = DeltaTable(iso.table_uri("raw.pageviews")).to_pandas(columns=["site_id", "event_date"])
+    expected = int(((raw["site_id"] == SITE) & (raw["event_date"] == START.date())).sum())
+    assert f"{START.date()}: {expected:,} events" in out and "would replace" in out
+    assert {spec: DeltaTable(iso.table_uri(spec.table)).version() for spec in COMPARED} == versions
