@@ -1,11 +1,12 @@
 """Re-rolling the coarse traffic views (hours, days, 5-minute hopping windows) from the 1-minute view.
 
 The 1-minute view is written by every micro-batch, so it is the low-latency one. Rolling the
-coarser grains up after every batch would triple each batch's Delta commits, so the streaming
-job collects the minutes it touched and rolls them up at most every ``spark.rollup_seconds``
-(and whenever it is idle). A crash can lose the collected range, so a freshly started job first
-re-rolls everything a crashed run could have left behind: windows still inside the watermark
-of the newest minute in the table, since older minutes can no longer change.
+coarser grains up after every batch would triple each batch's Delta commits, so the traffic
+query only collects the minutes it touched, and the job's main thread rolls them up at most
+every ``spark.rollup_seconds``, concurrently with the queries. A crash can lose the collected
+range, so a freshly started job first re-rolls everything a crashed run could have left
+behind: windows still inside the watermark of the newest minute in the table, since older
+minutes can no longer change.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ class Rollups:
         self.settings = settings
         self.pending: Touched | None = None
         self._last_run = 0.0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards ``pending``
+        self._running = threading.Lock()  # one roll-up at a time
 
     def recover(self, spark: SparkSession) -> None:
         """After a (re)start: schedule every window a crashed run may not have rolled up."""
@@ -123,14 +125,24 @@ class Rollups:
             self.pending = touched.union(self.pending)
 
     def run_if_due(self, spark: SparkSession, *, force: bool = False) -> bool:
-        """Roll up what is pending if ``spark.rollup_seconds`` have passed (or ``force``)."""
-        with self._lock:
-            due = force or time.monotonic() - self._last_run >= self.settings.spark.rollup_seconds
-            if self.pending is None or not due:
-                return False
-            touched, began = self.pending, time.monotonic()
-            roll_up(spark, self.settings, touched)
-            self.pending, self._last_run = None, time.monotonic()
+        """Roll up what is pending if ``spark.rollup_seconds`` have passed (or ``force``).
+
+        The pending range is taken under the lock and rolled up outside it, so the traffic query
+        can keep recording minutes meanwhile; if the roll-up fails, the range goes back.
+        """
+        with self._running:
+            with self._lock:
+                due = force or time.monotonic() - self._last_run >= self.settings.spark.rollup_seconds
+                if self.pending is None or not due:
+                    return False
+                touched, self.pending = self.pending, None
+            began = time.monotonic()
+            try:
+                roll_up(spark, self.settings, touched)
+            except Exception:
+                self.touch(touched)
+                raise
+            self._last_run = time.monotonic()
         log.info(
             "rolled up",
             extra=kv(

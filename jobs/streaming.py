@@ -87,7 +87,6 @@ def write_traffic(settings: Settings, rollups: Rollups) -> BatchWriter:
             )
         finally:
             minutes.unpersist()
-        rollups.run_if_due(batch.sparkSession)
 
     return write
 
@@ -216,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
         start_http_server(settings.spark.metrics_port, addr="127.0.0.1")
     job = start(settings)
     log.info("streaming views started", extra=kv(master=settings.spark.master, kafka=settings.kafka.servers))
-    # The main thread records late-event figures between checks that every query is alive.
+    # The main thread records late-event figures and rolls the coarse views up, off the
+    # queries' own threads so the 1-minute view is never held up by them.
     try:
         while not job.spark.streams.awaitAnyTermination(settings.spark.trigger_seconds):
             job.housekeeping()
