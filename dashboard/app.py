@@ -7,12 +7,20 @@ import datetime as dt
 import streamlit as st
 
 from dashboard.queries import pageviews_per_minute
+from quality.quarantine import quarantined
 from tally.settings import load_settings
 
 st.set_page_config(page_title="Tally", layout="wide")
 settings = load_settings()
 
 st.title("Tally")
+held = quarantined(settings)
+if held:
+    listed = ", ".join(f"{q.table} {q.partition_date} ({q.checker})" for q in held[:8])
+    st.warning(
+        f"Data-quality checks failed for {len(held)} partition(s): {listed}. Figures from those dates may be wrong; "
+        "see `tally check` / `tally audit`, then `tally backfill` the dates."
+    )
 sites = [s.site_id for s in settings.sites]
 site_id = st.selectbox("Site", sites) if sites else None
 if site_id is None:
