@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         written = fill_raw(settings.table_uri("raw.pageviews"), size, args.days)
         print(f"{written:,} events generated and written to raw in {time.perf_counter() - t0:.0f} s", flush=True)
+        # One session for every size: a stopped SparkContext cannot be restarted cleanly in-process.
         spark = spark_session(settings, "tally-bench-backfill")
         end = (START + dt.timedelta(days=args.days - 1)).date()
         t0 = time.perf_counter()
@@ -95,7 +96,6 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
         rows.append((written, seconds))
-        spark.stop()
     print("\nsize (events)   backfill s   events/s   s per million")
     for written, seconds in rows:
         print(f"{written:>13,}   {seconds:>10.1f}   {written / seconds:>8,.0f}   {seconds / written * 1e6:>13.1f}")
