@@ -1,8 +1,8 @@
 """The streaming views: Kafka ``pageviews`` -> event-time windows -> Delta ``agg.*`` tables.
 
 Three queries, each reading top to bottom (source, named steps, sink):
-- traffic: 1-minute windows (update mode); each micro-batch also re-rolls the hours, days and
-  5-minute hopping windows it touched from the 1-minute table;
+- traffic: 1-minute windows (update mode); the minutes it touches are rolled up into hours,
+  days and 5-minute hopping windows by the main thread (``jobs/rollups.py``);
 - sessions: session windows, appended once closed, then the visits rollups they touch;
 - rate limit: hourly page views per client, publishing blocks to ``ratelimit.blocks``.
 
