@@ -94,7 +94,7 @@ def forget(settings: Settings, *, site_id: str | None, visitor_id: str | None, b
         metrics = table.delete(" AND ".join(clauses))
         deleted[name] = int(metrics.get("num_deleted_rows", 0))
         # Retention 0: the files that held the rows go now, not after the usual 7 days.
-        removed[name] = len(table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False))
+        removed[name] = vacuum_now(settings, name)
     log.info("forgotten", extra=kv(site=site_id, visitor=visitor_id, before=str(before), rows=deleted))
     return ForgetReport(deleted, removed, tuple(dates))
 

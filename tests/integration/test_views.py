@@ -169,17 +169,14 @@ def test_python_datasketches_reads_the_hll_sketches_spark_wrote(streamed: dict[s
     by_spark = {r[0]: r[1] for r in totals.agg(F.hll_sketch_estimate(F.hll_union_agg("visitors_sketch"))).collect()}
     by_python = _only_site(view(iso, TRAFFIC_1D.table))
     by_python = by_python[by_python["dimension"] == "all"]
+    table = DeltaTable(iso.table_uri(TRAFFIC_1D.table)).to_pandas()
+    totals_rows = table[(table["site_id"] == SITE) & (table["dimension"] == "all")]
+    sketches = totals_rows.groupby("event_date")["visitors_sketch"].apply(list).to_dict()
     for row in by_python.itertuples():
         exact = humans[humans["event_date"] == row.event_date]["visitor_id"].nunique()
-        estimate = union_estimate([s for s in _sketches(iso, row.event_date)])
+        estimate = union_estimate(sketches[row.event_date])
         assert round(estimate.value) == by_spark[row.event_date]
         assert estimate.lower <= exact <= estimate.upper, f"{row.event_date}: exact {exact} outside {estimate.label()}"
-
-
-def _sketches(settings: Settings, day: dt.date) -> list[bytes]:
-    table = DeltaTable(settings.table_uri(TRAFFIC_1D.table)).to_pandas()
-    chosen = table[(table["site_id"] == SITE) & (table["dimension"] == "all") & (table["event_date"] == day)]
-    return list(chosen["visitors_sketch"])
 
 
 def test_a_dry_run_backfill_reports_raw_events_per_date_and_writes_nothing(
