@@ -1,5 +1,5 @@
 # Tally: the two commands are `make demo` (run everything with traffic) and `make test`.
-.PHONY: setup demo up down status test test-unit test-integration test-e2e lint bench clean
+.PHONY: setup demo up down status test test-unit test-integration test-e2e test-long lint bench clean
 
 VENV_STAMP := .venv/.installed-stamp
 
@@ -43,6 +43,11 @@ test-integration: setup
 test-e2e: setup
 	bash scripts/install-browser.sh
 	TALLY_ENV=test .venv/bin/python -m pytest -q tests/e2e
+
+## test-long: the full-length fault, scale, fuzz and soak runs (tests marked `long`; not in CI)
+test-long: setup
+	bash scripts/install-browser.sh
+	TALLY_ENV=test TALLY_LONG_TESTS=1 .venv/bin/python -m pytest -q -m long tests
 
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy .
