@@ -101,9 +101,24 @@ class ArchiverSettings:
 
 
 @dataclass(frozen=True)
+class DashboardUser:
+    """Who may log in to the dashboard, and the sites they may see (``["*"]`` = every configured site)."""
+
+    name: str
+    password_hash: str = ""  # scrypt$n$r$p$salt$hash from `tally user add`; empty = OIDC login only
+    sites: tuple[str, ...] = ()
+    email: str = ""  # matched against the identity provider's e-mail when dashboard.oidc is on
+
+
+@dataclass(frozen=True)
 class DashboardSettings:
     host: str = "127.0.0.1"
     port: int = 8792
+    users: tuple[DashboardUser, ...] = ()  # plus <home>/dashboard/users.yaml, managed by `tally user`
+    secret_key: str = ""  # signs share links; empty = generated once into <home>/dashboard/secret.key
+    share_link_days: int = 7  # default lifetime of `tally share create` links
+    session_minutes: int = 480  # a password login lasts this long, then the form asks again
+    oidc: bool = False  # offer "Log in with <provider>" (st.login) when .streamlit/secrets.toml has [auth]
 
 
 @dataclass(frozen=True)
