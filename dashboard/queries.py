@@ -1,34 +1,251 @@
-"""Reads for the dashboard panels, with delta-rs (no JVM): small aggregate tables only."""
+"""The standard panels' reads: aggregate tables only (agg.*), with delta-rs, merged sketches.
+
+Every figure is either exact (counts that add up across windows) or a merged sketch: unique
+visitors are an HLL union over the chosen windows (never a sum of distinct counts), and
+percentiles come from merged t-digests (never averaged). Raw events are read only for
+drill-downs (``dashboard/drilldown.py``).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
+from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from dashboard.view import Step
 from tally.settings import Settings
+from tally.sketches import Estimate, digest_quantiles, merge_digests, union_estimate
+from tally.storage import open_table
+
+QUANTILES = (0.5, 0.9, 0.99)
+REFRESH_SECONDS = 5.0  # how stale a table snapshot may get before the next read reloads it
 
 
-def pageviews_per_minute(settings: Settings, site_id: str, since: dt.datetime) -> pd.DataFrame:
-    """Page views per page and minute (agg.traffic_1m) for one site since ``since`` (UTC)."""
-    try:
-        table = DeltaTable(settings.table_uri("agg.traffic_1m"))
-    except TableNotFoundError:
-        return pd.DataFrame(columns=["window_start", "page", "pageviews"])
-    dataset = table.to_pyarrow_dataset()
-    since_utc = pd.Timestamp(since).tz_convert("UTC") if since.tzinfo else pd.Timestamp(since, tz="UTC")
-    filtered = (
-        dataset.to_table(
-            columns=["window_start", "value", "pageviews"],
-            filter=(pc.field("site_id") == site_id)
-            & (pc.field("dimension") == "page")
-            & (pc.field("event_date") >= since_utc.date()),
+@dataclass(frozen=True)
+class Range:
+    """An inclusive range of UTC dates."""
+
+    start: dt.date
+    end: dt.date
+
+    @property
+    def days(self) -> int:
+        return (self.end - self.start).days + 1
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The KPI figures of one site over one range."""
+
+    pageviews: int
+    events: int
+    visitors: Estimate
+    visits: int
+    bounces: int
+    duration_ms: int
+    visit_pageviews: int
+    engagement_ms: tuple[float, ...] | None  # p50, p90, p99 from merged t-digests; None = no data
+    load_ms: tuple[float, ...] | None
+
+    @property
+    def bounce_rate(self) -> float | None:
+        return self.bounces / self.visits if self.visits else None
+
+    @property
+    def avg_duration_s(self) -> float | None:
+        return self.duration_ms / self.visits / 1000 if self.visits else None
+
+    @property
+    def views_per_visit(self) -> float | None:
+        return self.visit_pageviews / self.visits if self.visits else None
+
+
+class Aggregates:
+    """Reads of the agg.* tables, with table snapshots shared between page runs and refreshed
+    every few seconds (delta-rs loads only the new log entries)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._tables: dict[str, tuple[DeltaTable, float]] = {}
+        self._lock = threading.Lock()
+
+    def dataset(self, name: str) -> ds.Dataset | None:
+        with self._lock:
+            cached = self._tables.get(name)
+            try:
+                if cached is None:
+                    table = open_table(self.settings, name)
+                elif time.monotonic() - cached[1] > REFRESH_SECONDS:
+                    table = cached[0]
+                    table.update_incremental()
+                else:
+                    return cached[0].to_pyarrow_dataset()
+            except TableNotFoundError:
+                return None
+            self._tables[name] = (table, time.monotonic())
+            return table.to_pyarrow_dataset()
+
+    def rows(
+        self, name: str, site_id: str, days: Range, columns: list[str], where: pc.Expression | None = None
+    ) -> pd.DataFrame:
+        """Rows of one table for one site and date range (date partitions pruned)."""
+        dataset = self.dataset(name)
+        if dataset is None:
+            return pd.DataFrame(columns=columns)
+        condition = (
+            (pc.field("site_id") == site_id)
+            & (pc.field("event_date") >= days.start)
+            & (pc.field("event_date") <= days.end)
         )
-        .to_pandas()
-        .rename(columns={"value": "page"})
+        if where is not None:
+            condition = condition & where
+        return dataset.to_table(columns=columns, filter=condition).to_pandas()
+
+    def traffic(self, site_id: str, days: Range, dimension: str, grain: str = "1d") -> pd.DataFrame:
+        """agg.traffic_<grain> rows of one dimension ('all' = the site total)."""
+        columns = ["window_start", "value", "pageviews", "events", "visitors_sketch"]
+        columns += ["engagement_ms_digest", "load_ms_digest"] if dimension == "all" else []
+        return self.rows(f"agg.traffic_{grain}", site_id, days, columns, pc.field("dimension") == dimension)
+
+    def visits(self, site_id: str, days: Range, dimension: str, grain: str = "1d") -> pd.DataFrame:
+        """agg.visits_<grain> rows of one dimension ('all', 'entry_page', 'exit_page', 'source', …)."""
+        columns = ["window_start", "value", "visits", "bounces", "duration_ms", "pageviews"]
+        return self.rows(f"agg.visits_{grain}", site_id, days, columns, pc.field("dimension") == dimension)
+
+
+def _quantiles(digests: pd.Series) -> tuple[float, ...] | None:
+    merged = merge_digests(digests.tolist())
+    return tuple(digest_quantiles(merged, QUANTILES)) if merged else None
+
+
+def totals(agg: Aggregates, site_id: str, days: Range) -> Totals:
+    """KPIs: exact sums, one HLL union for unique visitors, merged digests for percentiles."""
+    traffic = agg.traffic(site_id, days, "all")
+    visits = agg.visits(site_id, days, "all")
+    return Totals(
+        pageviews=int(traffic["pageviews"].sum()),
+        events=int(traffic["events"].sum()),
+        visitors=union_estimate(traffic["visitors_sketch"]),
+        visits=int(visits["visits"].sum()),
+        bounces=int(visits["bounces"].sum()),
+        duration_ms=int(visits["duration_ms"].sum()),
+        visit_pageviews=int(visits["pageviews"].sum()),
+        engagement_ms=_quantiles(traffic["engagement_ms_digest"]),
+        load_ms=_quantiles(traffic["load_ms_digest"]),
     )
-    filtered["window_start"] = pd.to_datetime(filtered["window_start"], utc=True)
-    return filtered[filtered["window_start"] >= since_utc]
+
+
+def series(agg: Aggregates, site_id: str, days: Range, grain: str) -> pd.DataFrame:
+    """Page views, ≈ visitors and visits per hour or day (every bucket present, zeros included)."""
+    suffix = "1h" if grain == "hour" else "1d"
+    traffic = agg.traffic(site_id, days, "all", suffix)
+    visits = agg.visits(site_id, days, "all", suffix)
+    freq = "h" if grain == "hour" else "D"
+    start = pd.Timestamp(days.start, tz="UTC")
+    buckets = pd.date_range(start, pd.Timestamp(days.end, tz="UTC") + pd.Timedelta(days=1), freq=freq, inclusive="left")
+    frame = pd.DataFrame(index=buckets)
+    by_bucket = traffic.assign(window_start=pd.to_datetime(traffic["window_start"], utc=True)).set_index("window_start")
+    frame["pageviews"] = by_bucket["pageviews"].reindex(buckets).fillna(0).astype(int)
+    visitors = by_bucket["visitors_sketch"].map(lambda s: union_estimate([s]).value if s else 0.0)
+    frame["visitors"] = visitors.reindex(buckets).fillna(0.0).round()
+    visit_rows = visits.assign(window_start=pd.to_datetime(visits["window_start"], utc=True)).set_index("window_start")
+    frame["visits"] = visit_rows["visits"].reindex(buckets).fillna(0).astype(int)
+    return frame.rename_axis("time").reset_index()
+
+
+def top(agg: Aggregates, site_id: str, days: Range, dimension: str, limit: int = 10) -> pd.DataFrame:
+    """Top values of a traffic dimension by page views (by events for custom events), with ≈ visitors.
+
+    Only the top ``limit`` values get an HLL union, so the cost does not grow with the number
+    of distinct pages.
+    """
+    rows = agg.traffic(site_id, days, dimension)
+    order = "events" if dimension == "event" else "pageviews"
+    if rows.empty:
+        return pd.DataFrame(columns=["value", "pageviews", "events", "visitors", "visitors_bound"])
+    sums = rows.groupby("value", as_index=False)[["pageviews", "events"]].sum()
+    sums = sums.sort_values([order, "value"], ascending=[False, True]).head(limit)
+    sketches = rows[rows["value"].isin(sums["value"])].groupby("value")["visitors_sketch"].agg(list)
+    estimates = {value: union_estimate(s) for value, s in sketches.items()}
+    sums["visitors"] = sums["value"].map(lambda v: round(estimates[v].value))
+    sums["visitors_bound"] = sums["value"].map(lambda v: estimates[v].relative_error)
+    return sums.reset_index(drop=True)
+
+
+def top_visits(agg: Aggregates, site_id: str, days: Range, dimension: str, limit: int = 10) -> pd.DataFrame:
+    """Top values of a visit dimension (entry/exit page, source, …): visits, bounce rate, duration."""
+    rows = agg.visits(site_id, days, dimension)
+    if rows.empty:
+        return pd.DataFrame(columns=["value", "visits", "bounce_rate", "avg_duration_s"])
+    sums = rows.groupby("value", as_index=False)[["visits", "bounces", "duration_ms"]].sum()
+    sums = sums.sort_values(["visits", "value"], ascending=[False, True]).head(limit)
+    sums["bounce_rate"] = sums["bounces"] / sums["visits"]
+    sums["avg_duration_s"] = sums["duration_ms"] / sums["visits"] / 1000
+    return sums[["value", "visits", "bounce_rate", "avg_duration_s"]].reset_index(drop=True)
+
+
+def dimension_values(agg: Aggregates, site_id: str, days: Range, dimension: str, limit: int = 200) -> list[str]:
+    """The most viewed values of a dimension (for the filter pickers)."""
+    rows = agg.rows("agg.traffic_1d", site_id, days, ["value", "pageviews"], pc.field("dimension") == dimension)
+    ranked = rows.groupby("value")["pageviews"].sum().sort_values(ascending=False)
+    return [str(v) for v in ranked.head(limit).index]
+
+
+def realtime_visitors(agg: Aggregates, site_id: str, now: dt.datetime) -> Estimate | None:
+    """≈ visitors in the 5-minute hopping window ending at the current minute (agg.active_5m)."""
+    minute = now.replace(second=0, microsecond=0)
+    start = minute - dt.timedelta(minutes=4)
+    rows = agg.rows(
+        "agg.active_5m",
+        site_id,
+        Range(start.date(), start.date()),
+        ["visitors_sketch"],
+        pc.field("window_start") == pd.Timestamp(start),
+    )
+    return union_estimate(rows["visitors_sketch"]) if not rows.empty else None
+
+
+def goal_visitors(agg: Aggregates, site_id: str, days: Range, step: Step) -> Estimate:
+    """≈ visitors who viewed a page or sent a custom event (HLL union of that value's windows)."""
+    dimension = "page" if step.kind == "page" else "event"
+    rows = agg.rows(
+        "agg.traffic_1d",
+        site_id,
+        days,
+        ["visitors_sketch"],
+        (pc.field("dimension") == dimension) & (pc.field("value") == step.value),
+    )
+    return union_estimate(rows["visitors_sketch"])
+
+
+@dataclass(frozen=True)
+class AggregateReport:
+    """The standard panels of one site and range, from the aggregate tables (same methods as
+    ``drilldown.RawQuery``, so the page does not care which one answers)."""
+
+    agg: Aggregates
+    site_id: str
+    days: Range
+    exact = False
+
+    def totals(self) -> Totals:
+        return totals(self.agg, self.site_id, self.days)
+
+    def series(self, grain: str) -> pd.DataFrame:
+        return series(self.agg, self.site_id, self.days, grain)
+
+    def top(self, dimension: str, limit: int = 10) -> pd.DataFrame:
+        return top(self.agg, self.site_id, self.days, dimension, limit)
+
+    def top_visits(self, dimension: str, limit: int = 10) -> pd.DataFrame:
+        return top_visits(self.agg, self.site_id, self.days, dimension, limit)
+
+    def goal(self, step: Step) -> Estimate:
+        return goal_visitors(self.agg, self.site_id, self.days, step)

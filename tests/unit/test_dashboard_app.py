@@ -1,36 +1,83 @@
-"""The dashboard page logic with Streamlit's AppTest (no server, no browser)."""
+"""The whole dashboard page (access gate + report) with Streamlit's AppTest: no server, no browser."""
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dashboard.auth import hash_password, session_record, write_file_users
+from dashboard.login import SESSION_KEY
 from quality.quarantine import PartitionStatus, record_statuses
-from tally.settings import load_settings
+from tally.settings import DashboardUser, Settings, load_settings
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 
 
-def test_the_dashboard_warns_about_quarantined_partitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    settings = load_settings()
+    return load_settings()
+
+
+def logged_in(settings: Settings, sites: tuple[str, ...] = ("*",)) -> AppTest:
+    """The app with a logged-in user granted ``sites`` (a session as the login form leaves it)."""
+    user = DashboardUser("ana", hash_password("correct horse"), sites)
+    write_file_users(settings, [user])
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.session_state[SESSION_KEY] = session_record(user, time.time())
+    return app
+
+
+def test_an_anonymous_visitor_gets_the_login_form_and_no_figures(settings: Settings) -> None:
+    write_file_users(settings, [DashboardUser("ana", hash_password("correct horse"), ("*",))])
+    app = AppTest.from_file(APP, default_timeout=60).run()
+    assert not app.exception
+    assert app.text_input, "a login form"
+    assert not app.metric and not app.dataframe and not app.sidebar.selectbox
+
+
+def test_a_logged_in_user_sees_the_report_with_an_empty_warehouse(settings: Settings) -> None:
+    app = logged_in(settings).run()
+    assert not app.exception
+    labels = [m.label for m in app.metric]
+    assert {"Unique visitors (≈)", "Page views", "Visits", "Bounce rate", "Visit duration"} <= set(labels)
+    assert any("No page views in this range yet" in i.value for i in app.info)
+    assert app.query_params["site"] == "demo.tally.local"
+
+
+def test_a_user_cannot_open_a_site_not_granted_by_editing_the_url(settings: Settings) -> None:
+    app = logged_in(settings, sites=("demo.tally.local",))
+    app.query_params["site"] = "limited.tally.test"
+    app.run()
+    assert not app.exception
+    assert any("not shared with you" in e.value for e in app.error)
+    assert not app.metric and not app.dataframe
+
+
+def test_a_bad_view_in_the_url_is_refused_with_what_to_do(settings: Settings) -> None:
+    app = logged_in(settings)
+    app.query_params["range"] = "forever"
+    app.run()
+    assert any("range must be one of" in e.value for e in app.error)
+    assert not app.metric
+
+
+def test_the_dashboard_warns_about_quarantined_partitions(settings: Settings) -> None:
     day = dt.date(2026, 1, 10)
     record_statuses(
         settings,
         [PartitionStatus("agg.traffic_1h", day, "audit", True, "run-1", dt.datetime.now(dt.UTC), ("pageviews",))],
     )
-    app = AppTest.from_file(APP, default_timeout=30).run()
+    app = logged_in(settings).run()
     assert not app.exception
     assert any("agg.traffic_1h 2026-01-10" in w.value for w in app.warning)
 
 
-def test_the_dashboard_shows_no_warning_when_every_partition_passed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    app = AppTest.from_file(APP, default_timeout=30).run()
+def test_the_dashboard_shows_no_warning_when_every_partition_passed(settings: Settings) -> None:
+    app = logged_in(settings).run()
     assert not app.exception
     assert not app.warning

@@ -1,0 +1,107 @@
+"""The report page for one visitor of the dashboard, once access is settled (``dashboard/app.py``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+
+import streamlit as st
+
+from dashboard import panels
+from dashboard.controls import sidebar
+from dashboard.drilldown import RawQuery
+from dashboard.queries import AggregateReport, Aggregates, Range
+from dashboard.view import PRESETS, View, ViewError, from_query, to_query
+from quality.quarantine import quarantined
+from tally.settings import Settings
+from tally.storage import open_table
+
+
+@st.cache_resource(show_spinner=False)
+def aggregates(settings: Settings) -> Aggregates:
+    """One reader per dashboard process: table snapshots are shared by every page run."""
+    return Aggregates(settings)
+
+
+def _gap_ms(settings: Settings) -> int:
+    amount, unit = settings.spark.session_gap.split()
+    seconds = {"second": 1, "minute": 60, "hour": 3600}[unit.rstrip("s")]
+    return int(amount) * seconds * 1000
+
+
+def raw_report(settings: Settings, view: View, days: Range) -> RawQuery | None:
+    """A drill-down over raw events, or None before the archiver has written anything."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        raw = open_table(settings, "raw.pageviews").to_pyarrow_dataset()
+    except TableNotFoundError:
+        return None
+    return RawQuery(raw, view.site, days, view.filters, _gap_ms(settings))
+
+
+def quarantine_warning(settings: Settings) -> None:
+    held = quarantined(settings)
+    if held:
+        listed = ", ".join(f"{q.table} {q.partition_date} ({q.checker})" for q in held[:8])
+        st.warning(
+            f"Data-quality checks failed for {len(held)} partition(s): {listed}. Figures from those dates may be "
+            "wrong; see `tally check` / `tally audit`, then `tally backfill` the dates."
+        )
+
+
+def show(settings: Settings, sites: list[str], params: Mapping[str, str], *, read_only: bool) -> View:
+    """Render the whole report for the view in ``params`` (the URL, or a share link's pinned view);
+    return the view shown."""
+    now = dt.datetime.now(dt.UTC)
+    today = now.date()
+    try:
+        view = from_query(params, default_site=sites[0])
+    except ViewError as e:
+        st.error(f"This link's view is not valid: {e}. Remove the parameter or pick the view again.")
+        st.stop()
+    if view.site not in sites:
+        st.error("You have no access to that site, or it is not configured.")
+        st.stop()
+    agg = aggregates(settings)
+    if not read_only:
+        view = sidebar(view, sites, agg, today)
+        st.query_params.from_dict(to_query(view))
+    days = Range(*view.dates(today))
+    st.title(f"Tally · {view.site}")
+    label = PRESETS[view.preset] if view.preset != "custom" else f"{days.start} – {days.end}"
+    st.caption(f"{label} (UTC) · bots excluded" + (" · read-only shared view" if read_only else ""))
+    quarantine_warning(settings)
+
+    raw = raw_report(settings, view, days)
+    report: panels.Report = AggregateReport(agg, view.site, days)
+    previous: panels.Report | None = AggregateReport(agg, view.site, Range(*view.previous(today)))
+    if view.filtered:
+        if raw is None:
+            st.info("No raw events yet, so filters cannot be applied.")
+            st.stop()
+        report = raw
+        previous = raw_report(settings, view, Range(*view.previous(today)))
+        shown = ", ".join(f"{k}" for k in view.filters)
+        st.info(f"Filtered by {shown}: every figure below is computed from raw events (exact drill-down).")
+    if not view.compare:
+        previous = None
+
+    panels.realtime(agg, view.site, now)
+    current = report.totals()
+    before = previous.totals() if previous else None
+    if current.pageviews == 0 and current.events == 0:
+        st.info(
+            "No page views in this range yet. Start traffic with `tally traffic`, or embed the snippet shown by "
+            "`tally up` in a page of this site. Views update every few seconds."
+        )
+    panels.kpis(current, before, report.exact)
+    grain = view.grain(today)
+    panels.time_series(report.series(grain), previous.series(grain) if previous else None, grain)
+    panels.top_tables(report)
+    panels.events_and_goals(report, current, view.goals)
+    panels.funnel(raw, view.funnel)
+    panels.performance(current, report.exact)
+    panels.data_health(settings, agg, view.site, days, now)
+    st.caption(f"Updated {now:%H:%M:%S} UTC. Reload the page to refresh.")
+    return view

@@ -1,0 +1,232 @@
+"""The report panels: realtime, KPIs, time series, top tables, goals, funnel, performance, health.
+
+Attacker-controlled text (URLs, referrers, event names) is only ever shown inside tables and
+charts, which Streamlit renders as text; never in Markdown or HTML.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Protocol
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import health
+from dashboard.export import safe_csv
+from dashboard.queries import Aggregates, Range, Totals, realtime_visitors
+from dashboard.view import Step, View
+from tally.settings import Settings
+from tally.sketches import Estimate
+
+
+class Report(Protocol):
+    """What a panel reads: ``queries.AggregateReport`` (aggregates) or ``drilldown.RawQuery`` (raw)."""
+
+    exact: bool
+
+    def totals(self) -> Totals: ...
+    def series(self, grain: str) -> pd.DataFrame: ...
+    def top(self, dimension: str, limit: int = 10) -> pd.DataFrame: ...
+    def top_visits(self, dimension: str, limit: int = 10) -> pd.DataFrame: ...
+    def goal(self, step: Step) -> Estimate: ...
+
+
+def visitors_text(estimate: Estimate, exact: bool) -> str:
+    return f"{estimate.value:,.0f}" if exact else estimate.label()
+
+
+def _change(now: float | None, before: float | None) -> str | None:
+    if now is None or before is None or before == 0:
+        return None
+    return f"{(now - before) / before:+.1%}"
+
+
+def _fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m {secs:02d}s"
+
+
+def realtime(agg: Aggregates, site_id: str, now: dt.datetime) -> None:
+    estimate = realtime_visitors(agg, site_id, now)
+    shown = estimate.label() if estimate else "0"
+    st.metric("Visitors in the last 5 minutes", shown, help="Hopping 5-minute window (agg.active_5m), HLL sketch.")
+
+
+def kpis(current: Totals, previous: Totals | None, exact: bool) -> None:
+    """Six KPIs, each with its change versus the previous period."""
+    before = previous
+    cells = st.columns(6)
+    cells[0].metric(
+        "Unique visitors" + ("" if exact else " (≈)"),
+        visitors_text(current.visitors, exact),
+        _change(current.visitors.value, before.visitors.value if before else None),
+        help="Exact distinct visitor ids (drill-down)."
+        if exact
+        else "HLL union over the range; ± is the 95% bound. Visitor ids rotate daily: a range counts visitor-days.",
+    )
+    cells[1].metric(
+        "Page views", f"{current.pageviews:,}", _change(current.pageviews, before.pageviews if before else None)
+    )
+    cells[2].metric("Visits", f"{current.visits:,}", _change(current.visits, before.visits if before else None))
+    rate = current.bounce_rate
+    cells[3].metric(
+        "Bounce rate",
+        f"{rate:.0%}" if rate is not None else "–",
+        _change(rate, before.bounce_rate if before else None),
+        delta_color="inverse",
+    )
+    cells[4].metric(
+        "Visit duration",
+        _fmt_duration(current.avg_duration_s),
+        _change(current.avg_duration_s, before.avg_duration_s if before else None),
+    )
+    per_visit = current.views_per_visit
+    cells[5].metric(
+        "Views per visit",
+        f"{per_visit:.2f}" if per_visit is not None else "–",
+        _change(per_visit, before.views_per_visit if before else None),
+    )
+
+
+def time_series(current: pd.DataFrame, previous: pd.DataFrame | None, grain: str) -> None:
+    """Page views and visitors per bucket, the previous period overlaid on the same axis."""
+    st.subheader(f"Page views and visitors per {grain}")
+    chart = current[["time", "pageviews", "visitors"]].rename(
+        columns={"pageviews": "Page views", "visitors": "Visitors"}
+    )
+    if previous is not None and len(previous) == len(current):
+        chart["Page views (previous period)"] = previous["pageviews"].to_numpy()
+    st.line_chart(chart, x="time")
+
+
+def table(title: str, frame: pd.DataFrame, key: str, *, exact: bool, value_label: str) -> None:
+    """A ranked table with a CSV download (formula-safe)."""
+    st.markdown(f"**{title}**")
+    if frame.empty:
+        st.caption("No data in this range.")
+        return
+    shown = frame.rename(columns={"value": value_label}).drop(columns=["visitors_bound"], errors="ignore")
+    if "visitors" in shown and not exact:
+        bound = frame["visitors_bound"].max() if "visitors_bound" in frame else 0
+        shown = shown.rename(columns={"visitors": f"Visitors (≈ ±{bound:.1%})"})
+    st.dataframe(shown, hide_index=True, width="stretch")
+    st.download_button("CSV", safe_csv(shown), file_name=f"{key}.csv", mime="text/csv", key=f"csv_{key}")
+
+
+def top_tables(report: Report) -> None:
+    pages, sources, devices, countries = st.tabs(["Pages", "Sources", "Devices", "Countries"])
+    exact = report.exact
+    with pages:
+        left, mid, right = st.columns(3)
+        with left:
+            table("Top pages", report.top("page"), "top_pages", exact=exact, value_label="Page")
+        with mid:
+            table("Entry pages", report.top_visits("entry_page"), "entry_pages", exact=exact, value_label="Page")
+        with right:
+            table("Exit pages", report.top_visits("exit_page"), "exit_pages", exact=exact, value_label="Page")
+    with sources:
+        left, mid, right = st.columns(3)
+        with left:
+            table("Sources", report.top("source"), "sources", exact=exact, value_label="Source")
+        with mid:
+            table("Channels", report.top("channel"), "channels", exact=exact, value_label="Channel")
+        with right:
+            table("UTM campaigns", report.top("campaign"), "campaigns", exact=exact, value_label="Campaign")
+    with devices:
+        left, mid, right = st.columns(3)
+        with left:
+            table("Browsers", report.top("browser"), "browsers", exact=exact, value_label="Browser")
+        with mid:
+            table("Operating systems", report.top("os"), "os", exact=exact, value_label="OS")
+        with right:
+            table("Devices", report.top("device"), "devices", exact=exact, value_label="Device")
+    with countries:
+        table("Countries", report.top("country", limit=50), "countries", exact=exact, value_label="Country")
+
+
+def events_and_goals(report: Report, totals: Totals, goals: tuple[Step, ...]) -> None:
+    st.subheader("Custom events and goals")
+    events = report.top("event", limit=20)
+    total = totals.visitors.value
+    if not events.empty:
+        events = events.drop(columns=["pageviews"]).assign(conversion_rate=events["visitors"] / total if total else 0.0)
+    table("Custom events", events, "events", exact=report.exact, value_label="Event")
+    if not goals:
+        st.caption("Add goals (a page or a custom event) in the sidebar to see their conversion rates.")
+        return
+    rows = []
+    for goal in goals:
+        reached = report.goal(goal)
+        rate = reached.value / total if total else 0.0
+        rows.append({"Goal": str(goal), "Visitors": visitors_text(reached, report.exact), "Conversion rate": rate})
+    frame = pd.DataFrame(rows)
+    st.dataframe(
+        frame,
+        hide_index=True,
+        width="stretch",
+        column_config={"Conversion rate": st.column_config.NumberColumn(format="percent")},
+    )
+    st.download_button("CSV", safe_csv(frame), file_name="goals.csv", mime="text/csv", key="csv_goals")
+    if not report.exact:
+        st.caption("Conversion rate = ≈ goal visitors / ≈ all visitors (both HLL estimates).")
+
+
+def funnel(raw_report: Report | None, steps: tuple[Step, ...]) -> None:
+    st.subheader("Funnel")
+    if len(steps) < 2:
+        st.caption("Pick 2 to 5 steps in the sidebar: visitors who did step 1, then step 2, … (from raw events).")
+        return
+    assert raw_report is not None and hasattr(raw_report, "funnel")
+    frame = raw_report.funnel(steps)
+    st.dataframe(
+        frame.rename(
+            columns={"step": "Step", "visitors": "Visitors", "of_first_step": "Of step 1", "dropped": "Dropped"}
+        ),
+        hide_index=True,
+        width="stretch",
+        column_config={"Of step 1": st.column_config.NumberColumn(format="percent")},
+    )
+    st.download_button("CSV", safe_csv(frame), file_name="funnel.csv", mime="text/csv", key="csv_funnel")
+    st.caption("Exact, from raw events of the range (drill-down): each step must come after the previous one.")
+
+
+def performance(totals: Totals, exact: bool) -> None:
+    st.subheader("Engagement time and page load time")
+    rows = []
+    for name, values in (("Engagement time (s)", totals.engagement_ms), ("Page load time (s)", totals.load_ms)):
+        if values:
+            rows.append(
+                {
+                    "Metric": name,
+                    **{f"p{int(q * 100)}": v / 1000 for q, v in zip((0.5, 0.9, 0.99), values, strict=True)},
+                }
+            )
+    if not rows:
+        st.caption("No engagement or load times in this range.")
+        return
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.caption(
+        "Exact percentiles (drill-down)." if exact else "≈ percentiles from merged t-digests (rank error ≲ 0.5%)."
+    )
+
+
+def data_health(settings: Settings, agg: Aggregates, site_id: str, days: Range, now: dt.datetime) -> None:
+    st.subheader("Data health")
+    cells = st.columns(3)
+    last = health.last_window_end(agg, site_id, now.date())
+    age = max(0.0, (now - last).total_seconds() / 60) if last else None
+    cells[0].metric("Last data", f"{age:.0f} min ago" if age is not None else "none today or yesterday")
+    lag = health.archive_lag_total(settings)
+    cells[1].metric("Archive lag (messages)", f"{lag:,}" if lag is not None else "broker unreachable")
+    cells[2].metric("Late events in range", f"{health.late_events(agg, days):,}", help="Fixed by `tally backfill`.")
+    st.markdown("**Data-quality checks** (newest per table, partition and check; failures first)")
+    st.dataframe(health.latest_checks(settings).head(50), hide_index=True, width="stretch")
+    st.markdown("**Latest reconciliation audit** (Kafka = raw = aggregates)")
+    st.dataframe(health.latest_audit(settings, site_id), hide_index=True, width="stretch")
+
+
+def previous_days(view: View, today: dt.date) -> Range:
+    return Range(*view.previous(today))
