@@ -63,8 +63,8 @@ def test_unknown_query_parameters_and_empty_filters_are_ignored() -> None:
 
 
 def test_csv_export_neutralises_formula_text_but_keeps_numbers() -> None:
-    frame = pd.DataFrame({"Page": ["=HYPERLINK(\"http://evil\")", "+1", "/ok", "@SUM(A1)"], "Views": [-3, 2, 1, 0]})
+    frame = pd.DataFrame({"Page": ['=HYPERLINK("http://evil")', "+1", "/ok", "@SUM(A1)"], "Views": [-3, 2, 1, 0]})
     rows = list(csv.reader(io.StringIO(safe_csv(frame).decode())))
     assert rows[0] == ["Page", "Views"]
-    assert [r[0] for r in rows[1:]] == ["'=HYPERLINK(\"http://evil\")", "'+1", "/ok", "'@SUM(A1)"]
+    assert [r[0] for r in rows[1:]] == ['\'=HYPERLINK("http://evil")', "'+1", "/ok", "'@SUM(A1)"]
     assert [r[1] for r in rows[1:]] == ["-3", "2", "1", "0"]
