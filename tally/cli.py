@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Callable
 
+from dashboard.commands import add_share_arguments, add_user_arguments, dashboard_login_line, run_share, run_user
 from jobs.commands import add_backfill_arguments, cmd_backfill
 from jobs.schedule import add_arguments as add_schedule_arguments
 from jobs.schedule import run as run_schedule
@@ -28,9 +29,11 @@ def cmd_setup(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     setup()
+    login = dashboard_login_line(settings)  # before the dashboard starts: it is private from its first page
     Stack(settings).up(traffic=args.traffic)
     print(
-        f"\nTally is up.\n  dashboard: {dashboard_url(settings)}\n  ingest:    {ingest_url(settings)}/api/event"
+        f"\nTally is up.\n  dashboard: {dashboard_url(settings)}\n  {login}"
+        f"\n  ingest:    {ingest_url(settings)}/api/event"
         f'\n  snippet:   <script defer data-site="{settings.traffic.site_id}" src="{ingest_url(settings)}/t.js">'
         "</script>\n  stop with: tally down"
     )
@@ -178,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--rate", type=float, help="beacons per second (default: traffic.rate)")
     traffic.add_argument("--duration", type=float, default=0, help="seconds to run; 0 = until Ctrl-C")
     traffic.add_argument("--target", help="ingest base URL (default: the configured ingest)")
+    user = add("user", run_user, "Manage dashboard users (add, list, remove, hash); passwords are stored hashed.")
+    add_user_arguments(user)
+    share = add("share", run_share, "Create, list and revoke signed, expiring, read-only dashboard share links.")
+    add_share_arguments(share)
     return parser
 
 

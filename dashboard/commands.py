@@ -1,0 +1,237 @@
+"""The ``tally user`` and ``tally share`` commands, and the dashboard login line of ``tally up``.
+
+Users added here are stored (scrypt hash only) in ``<home>/dashboard/users.yaml``; users of
+``dashboard.users`` in the config are listed but edited in the config. Nothing secret is printed
+except a share link, which is what ``share create`` is for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+import time
+from collections.abc import Callable
+
+from dashboard.auth import (
+    ADMIN,
+    EVERY_SITE,
+    USER_NAME,
+    admin_password_path,
+    ensure_admin,
+    hash_password,
+    load_users,
+    read_file_users,
+    saved_admin_login,
+    state_lock,
+    write_file_users,
+)
+from dashboard.share_links import ShareLinks, describe_view, parse_view, share_url
+from tally.settings import DashboardUser, Settings
+
+EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
+MIN_PASSWORD_CHARS = 8
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(message, file=sys.stderr)
+    return code
+
+
+def _actions(parser: argparse.ArgumentParser, dest: str) -> Callable[[str, Handler, str], argparse.ArgumentParser]:
+    sub = parser.add_subparsers(dest=dest, required=True, metavar="ACTION")
+
+    def action(name: str, handler: Handler, text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=text, description=text)
+        p.set_defaults(action=handler)
+        return p
+
+    return action
+
+
+def add_user_arguments(parser: argparse.ArgumentParser) -> None:
+    """``tally user add|list|remove|hash``."""
+    action = _actions(parser, "user_action")
+    add = action("add", run_user_add, "Add a dashboard user (password asked twice, or read from stdin).")
+    add.add_argument("name", help="login name: letters, digits and _ . @ - (at most 64)")
+    add.add_argument("--sites", required=True, help="site ids the user may see, comma-separated, or * for every site")
+    add.add_argument("--email", default="", help="e-mail the identity provider reports (with dashboard.oidc)")
+    add.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
+    add.add_argument("--replace", action="store_true", help="replace an existing user's password, sites and e-mail")
+    action("list", run_user_list, "List dashboard users, their sites and where they are defined (no hashes).")
+    remove = action("remove", run_user_remove, "Remove a dashboard user added with `tally user add`.")
+    remove.add_argument("name")
+    hashed = action("hash", run_user_hash, "Print the scrypt hash of a password, for a user in conf (dashboard.users).")
+    hashed.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
+
+
+def run_user(args: argparse.Namespace, settings: Settings) -> int:
+    """Dispatch ``tally user <action>``."""
+    handler: Handler = args.action
+    return handler(args, settings)
+
+
+def _read_password(args: argparse.Namespace, name: str) -> str | None:
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass(f"Password for {name}: ")
+        if getpass.getpass("Same password again: ") != password:
+            print("the two passwords differ; nothing changed", file=sys.stderr)
+            return None
+    if len(password) < MIN_PASSWORD_CHARS:
+        print(f"a password needs at least {MIN_PASSWORD_CHARS} characters; nothing changed", file=sys.stderr)
+        return None
+    return password
+
+
+def _sites(text: str, settings: Settings) -> tuple[str, ...] | str:
+    """The granted sites, or the error message."""
+    sites = tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    if sites == (EVERY_SITE,):
+        return sites
+    known = [s.site_id for s in settings.sites]
+    unknown = [s for s in sites if s not in known]
+    if not sites or unknown:
+        return f"--sites: {', '.join(unknown) or 'nothing given'} is not a configured site; use * or some of: " + (
+            ", ".join(known) or "(no sites configured: add them under sites: in conf/tally.yaml)"
+        )
+    return sites
+
+
+def run_user_add(args: argparse.Namespace, settings: Settings) -> int:
+    """Add (or with --replace, update) a user in users.yaml."""
+    if not USER_NAME.fullmatch(args.name):
+        return _fail(f"user name {args.name!r}: use letters, digits and _ . @ - (at most 64, starting alphanumeric)")
+    if any(u.name == args.name for u in settings.dashboard.users):
+        return _fail(f"user {args.name!r} is defined in the config (dashboard.users); change it there")
+    sites = _sites(args.sites, settings)
+    if isinstance(sites, str):
+        return _fail(sites)
+    if any(u.name == args.name for u in read_file_users(settings)) and not args.replace:
+        return _fail(f"user {args.name!r} exists; add --replace to change their password and sites")
+    password = _read_password(args, args.name)
+    if password is None:
+        return EXIT_USAGE
+    user = DashboardUser(args.name, hash_password(password), sites, args.email)
+    with state_lock(settings):
+        others = [u for u in read_file_users(settings) if u.name != args.name]
+        write_file_users(settings, [*others, user])
+        if args.name == ADMIN:  # the first-run password no longer works: do not keep it around
+            admin_password_path(settings).unlink(missing_ok=True)
+    print(f"user {args.name} saved; sites: {', '.join(sites)}")
+    return EXIT_OK
+
+
+def run_user_list(args: argparse.Namespace, settings: Settings) -> int:
+    """One line per user: name, sites, e-mail, where defined."""
+    users = load_users(settings)
+    if not users:
+        print("no dashboard users yet: `tally up` creates admin, or add one with `tally user add NAME --sites …`")
+        return EXIT_OK
+    in_config = {u.name for u in settings.dashboard.users}
+    print(f"{'USER':<24} {'SITES':<40} {'E-MAIL':<28} DEFINED IN")
+    for user in users.values():
+        where = "config (dashboard.users)" if user.name in in_config else "users.yaml (tally user)"
+        print(f"{user.name:<24} {','.join(user.sites) or '-':<40} {user.email or '-':<28} {where}")
+    return EXIT_OK
+
+
+def run_user_remove(args: argparse.Namespace, settings: Settings) -> int:
+    """Remove a users.yaml user; their open sessions end at their next page run."""
+    if any(u.name == args.name for u in settings.dashboard.users):
+        return _fail(f"user {args.name!r} is defined in the config (dashboard.users); remove it there")
+    with state_lock(settings):
+        users = read_file_users(settings)
+        if not any(u.name == args.name for u in users):
+            return _fail(f"no user {args.name!r} in users.yaml (see `tally user list`)", EXIT_NOT_FOUND)
+        write_file_users(settings, [u for u in users if u.name != args.name])
+        if args.name == ADMIN:
+            admin_password_path(settings).unlink(missing_ok=True)
+    print(f"user {args.name} removed")
+    return EXIT_OK
+
+
+def run_user_hash(args: argparse.Namespace, settings: Settings) -> int:
+    """Print a password hash to paste into ``dashboard.users[].password_hash``."""
+    password = _read_password(args, "the config user")
+    if password is None:
+        return EXIT_USAGE
+    print(hash_password(password))
+    return EXIT_OK
+
+
+def add_share_arguments(parser: argparse.ArgumentParser) -> None:
+    """``tally share create|list|revoke``."""
+    action = _actions(parser, "share_action")
+    create = action("create", run_share_create, "Make a signed, expiring, read-only link to one site's view.")
+    create.add_argument("--site", required=True, help="the configured site_id the link shows")
+    create.add_argument("--view", default="", help='the view\'s query parameters, e.g. "range=30d&country=DE"')
+    create.add_argument("--days", type=float, help="lifetime in days (default: dashboard.share_link_days)")
+    create.add_argument("--base-url", help="the dashboard's public address (default: the configured host and port)")
+    create.add_argument("--creator", default="", help="who made the link, for `share list` (default: your OS user)")
+    action("list", run_share_list, "List issued share links: id, site, view, creator, expiry, state (no tokens).")
+    revoke = action("revoke", run_share_revoke, "Revoke a share link: it stops opening at once.")
+    revoke.add_argument("link_id", metavar="ID", help="the link's id, from `tally share list`")
+
+
+def run_share(args: argparse.Namespace, settings: Settings) -> int:
+    """Dispatch ``tally share <action>``."""
+    handler: Handler = args.action
+    return handler(args, settings)
+
+
+def run_share_create(args: argparse.Namespace, settings: Settings) -> int:
+    """Record a link and print it (last line: the URL alone)."""
+    from tally.stack import dashboard_url
+
+    try:
+        view = parse_view(args.view, site=args.site)
+        link, token = ShareLinks(settings).create(
+            site=args.site,
+            view=view,
+            days=args.days if args.days is not None else settings.dashboard.share_link_days,
+            creator=args.creator or getpass.getuser(),
+            now=time.time(),
+        )
+    except ValueError as e:
+        return _fail(f"tally share create: {e}")
+    expires = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(link.expires_at))
+    print(f"share link {link.link_id}: {link.site}, {describe_view(link.view)}, read-only, expires {expires}")
+    print(f"revoke it with: tally share revoke {link.link_id}")
+    print(share_url(args.base_url or dashboard_url(settings), token))
+    return EXIT_OK
+
+
+def run_share_list(args: argparse.Namespace, settings: Settings) -> int:
+    links = ShareLinks(settings).all()
+    if not links:
+        print("no share links yet (tally share create --site S)")
+        return EXIT_OK
+    now = time.time()
+    print(f"{'ID':<11} {'STATE':<8} {'SITE':<24} {'EXPIRES (UTC)':<17} {'CREATOR':<16} VIEW")
+    for link in links:
+        expires = time.strftime("%Y-%m-%d %H:%M", time.gmtime(link.expires_at))
+        print(
+            f"{link.link_id:<11} {link.status(now):<8} {link.site:<24} {expires:<17} {link.creator:<16} "
+            f"{describe_view(link.view)}"
+        )
+    return EXIT_OK
+
+
+def run_share_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    revoked = ShareLinks(settings).revoke(args.link_id, now=time.time())
+    if revoked is None:
+        return _fail(f"no share link {args.link_id!r} (see `tally share list`)", EXIT_NOT_FOUND)
+    print(f"share link {revoked.link_id} ({revoked.site}) revoked")
+    return EXIT_OK
+
+
+def dashboard_login_line(settings: Settings) -> str:
+    """For ``tally up``: creates the first-run admin if there is no user, and says how to log in."""
+    login = ensure_admin(settings) or saved_admin_login(settings)
+    if login is None:
+        return "dashboard login: a user of `tally user list` (add one with `tally user add NAME --sites …`)"
+    return f"dashboard login: {login.name} / {login.password} (saved in {login.path})"

@@ -1,0 +1,289 @@
+"""Dashboard access, pure logic: password hashes, users, viewers, sessions, throttling, share tokens."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from dashboard.auth import (
+    LoginThrottle,
+    authenticate,
+    b64_url,
+    effective_query,
+    ensure_admin,
+    hash_password,
+    load_users,
+    oidc_providers,
+    saved_admin_login,
+    session_record,
+    session_user,
+    unb64_url,
+    user_for_email,
+    users_path,
+    verify_password,
+    viewer_for_user,
+    visible_sites,
+    write_file_users,
+)
+from dashboard.share_links import AccessDenied, ShareGrant, ShareLinks, make_share_token, parse_view, secret_key
+from tally.settings import DashboardSettings, DashboardUser, Settings, SettingsError, SiteSettings
+
+NOW = 1_790_000_000.0
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(home=str(tmp_path), sites=(SiteSettings("a.test"), SiteSettings("b.test")))
+
+
+def test_a_password_verifies_against_its_hash_and_a_wrong_one_does_not() -> None:
+    stored = hash_password("correct horse")
+    assert stored.startswith("scrypt$16384$8$1$")
+    assert verify_password("correct horse", stored)
+    assert not verify_password("correct horsE", stored)
+    assert hash_password("correct horse") != stored  # a fresh salt every time
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "",
+        "plain-text-password",
+        "bcrypt$16384$8$1$c2FsdA$aGFzaA",
+        "scrypt$16384$8$1$c2FsdA",
+        "scrypt$sixteen$8$1$c2FsdA$aGFzaGhhc2hoYXNoaGFzaA",
+        "scrypt$1000$8$1$c2FsdA$aGFzaGhhc2hoYXNoaGFzaA",  # n not a power of two
+        "scrypt$1073741824$8$1$c2FsdA$aGFzaGhhc2hoYXNoaGFzaA",  # would need 1 TiB
+        "scrypt$16384$8$1$!!!$???",
+    ],
+)
+def test_a_malformed_stored_hash_is_false_and_never_an_error(stored: str) -> None:
+    assert verify_password("anything", stored) is False
+
+
+def test_authentication_needs_a_known_user_with_a_password(settings: Settings) -> None:
+    users = {
+        "ann": DashboardUser("ann", hash_password("ann-secret-1"), ("a.test",)),
+        "sso": DashboardUser("sso", "", ("a.test",), "sso@example.org"),
+    }
+    assert authenticate(users, "ann", "ann-secret-1") == users["ann"]
+    assert authenticate(users, "ann", "wrong") is None
+    assert authenticate(users, "nobody", "ann-secret-1") is None
+    assert authenticate(users, "sso", "") is None  # an OIDC-only user has no password to match
+
+
+def test_a_config_user_wins_over_a_file_user_of_the_same_name(settings: Settings) -> None:
+    write_file_users(settings, [DashboardUser("ann", "file-hash", ("b.test",)), DashboardUser("bob", "h", ("*",))])
+    configured = dataclasses.replace(
+        settings, dashboard=DashboardSettings(users=(DashboardUser("ann", "conf-hash", ("a.test",)),))
+    )
+    users = load_users(configured)
+    assert users["ann"].password_hash == "conf-hash" and users["bob"].sites == ("*",)
+    assert stat.S_IMODE(os.stat(users_path(settings)).st_mode) == 0o600
+
+
+def test_a_broken_users_file_is_a_settings_error_naming_the_file(settings: Settings) -> None:
+    users_path(settings).parent.mkdir(parents=True)
+    users_path(settings).write_text("users:\n  - {name: ann, sites: a.test}\n")
+    with pytest.raises(SettingsError, match=r"users\.yaml: users\[0\]"):
+        load_users(settings)
+
+
+def test_a_user_granted_site_a_sees_a_only_and_a_star_user_sees_every_configured_site(settings: Settings) -> None:
+    ann = viewer_for_user(DashboardUser("ann", "h", ("a.test", "gone.test")), settings)
+    assert ann.may_see("a.test") and not ann.may_see("b.test")
+    assert not ann.may_see("gone.test")  # granted, but no longer configured
+    assert visible_sites(ann, settings) == ["a.test"]
+    admin = viewer_for_user(DashboardUser("admin", "h", ("*",)), settings)
+    assert admin.sites is None and visible_sites(admin, settings) == ["a.test", "b.test"]
+    assert not admin.may_see("unconfigured.test")
+    nobody = viewer_for_user(DashboardUser("nobody", "h", ()), settings)
+    assert visible_sites(nobody, settings) == []
+
+
+def test_a_pinned_view_replaces_the_urls_parameters(settings: Settings) -> None:
+    viewer = dataclasses.replace(
+        viewer_for_user(DashboardUser("x", "h", ("a.test",)), settings), pinned_view={"site": "a.test", "range": "30d"}
+    )
+    assert effective_query(viewer, {"site": "b.test", "share": "t"}) == {"site": "a.test", "range": "30d"}
+    plain = viewer_for_user(DashboardUser("x", "h", ("a.test",)), settings)
+    assert effective_query(plain, {"site": "a.test", "share": "t"}) == {"site": "a.test"}
+
+
+def test_a_session_ends_after_its_minutes_or_when_the_password_changes_or_the_user_goes() -> None:
+    ann = DashboardUser("ann", hash_password("ann-secret-1"), ("a.test",))
+    record = session_record(ann, NOW)
+    assert "secret" not in json.dumps(record)
+    assert session_user(record, {"ann": ann}, now=NOW + 59 * 60, minutes=60) == ann
+    assert session_user(record, {"ann": ann}, now=NOW + 61 * 60, minutes=60) is None
+    changed = dataclasses.replace(ann, password_hash=hash_password("ann-secret-2"))
+    assert session_user(record, {"ann": changed}, now=NOW, minutes=60) is None
+    assert session_user(record, {}, now=NOW, minutes=60) is None
+    assert session_user({"user": "ann"}, {"ann": ann}, now=NOW, minutes=60) is None
+    assert session_user(None, {"ann": ann}, now=NOW, minutes=60) is None
+
+
+def test_the_throttle_blocks_a_name_after_too_many_failures_until_the_window_passes() -> None:
+    throttle = LoginThrottle(max_failures=3, window_seconds=600)
+    for i in range(3):
+        assert throttle.blocked_for("ann", NOW + i) == 0
+        throttle.failed("ann", NOW + i)
+    assert throttle.blocked_for("ann", NOW + 3) == pytest.approx(597)
+    assert throttle.blocked_for("bob", NOW + 3) == 0
+    assert throttle.blocked_for("ann", NOW + 601) == 0
+    throttle.failed("bob", NOW)
+    throttle.succeeded("bob")
+    assert throttle.blocked_for("bob", NOW) == 0
+
+
+def test_the_throttle_remembers_a_bounded_number_of_names() -> None:
+    throttle = LoginThrottle(max_failures=1, max_names=2)
+    for name in ("a", "b", "c"):
+        throttle.failed(name, NOW)
+    assert throttle.blocked_for("a", NOW) == 0 and throttle.blocked_for("c", NOW) > 0
+
+
+def test_an_identity_provider_email_maps_to_exactly_one_user() -> None:
+    users = [
+        DashboardUser("ann", "", ("a.test",), "Ann@Example.org"),
+        DashboardUser("bob", "", ("b.test",), "bob@example.org"),
+        DashboardUser("bob2", "", ("*",), "bob@example.org"),
+    ]
+    assert user_for_email(users, " ann@example.ORG ") == users[0]
+    assert user_for_email(users, "ann@example.org", verified=False) is None
+    assert user_for_email(users, "bob@example.org") is None  # ambiguous: refuse rather than guess
+    assert user_for_email(users, "eve@example.org") is None
+    assert user_for_email(users, None) is None
+
+
+def test_oidc_providers_are_the_named_auth_tables_or_the_default_one() -> None:
+    shared = {"redirect_uri": "http://127.0.0.1:8792/oauth2callback", "cookie_secret": "x"}
+    assert oidc_providers({**shared, "google": {"client_id": "g"}, "okta": {"client_id": "o"}}) == ["google", "okta"]
+    assert oidc_providers({**shared, "client_id": "c", "server_metadata_url": "https://idp/.well-known"}) == [None]
+    assert oidc_providers(shared) == []
+
+
+def test_the_first_run_creates_admin_once_with_a_private_password_file(settings: Settings) -> None:
+    created = ensure_admin(settings)
+    assert created is not None and created.name == "admin" and len(created.password) >= 20
+    assert created.path.read_text().strip() == created.password
+    assert stat.S_IMODE(os.stat(created.path).st_mode) == 0o600
+    assert created.password not in users_path(settings).read_text()
+    assert authenticate(load_users(settings), "admin", created.password) is not None
+    assert ensure_admin(settings) is None
+    assert saved_admin_login(settings) == created
+
+
+def test_no_admin_is_created_when_a_user_exists(settings: Settings) -> None:
+    write_file_users(settings, [DashboardUser("ann", hash_password("ann-secret-1"), ("a.test",))])
+    assert ensure_admin(settings) is None
+    assert set(load_users(settings)) == {"ann"} and saved_admin_login(settings) is None
+
+
+# --- share links ------------------------------------------------------------------------------
+
+
+def _flip(text: str, index: int) -> str:
+    return text[:index] + ("A" if text[index] != "A" else "B") + text[index + 1 :]
+
+
+def test_a_share_token_opens_its_site_and_view(settings: Settings) -> None:
+    links = ShareLinks(settings)
+    link, token = links.create(site="a.test", view={"range": "30d"}, days=7, creator="ann", now=NOW)
+    grant = links.read(token, now=NOW + 6 * 86400)
+    assert (grant.link_id, grant.site, dict(grant.view)) == (link.link_id, "a.test", {"range": "30d", "site": "a.test"})
+    assert token not in links.path.read_text() and token.split(".")[1] not in links.path.read_text()
+    assert stat.S_IMODE(os.stat(links.path).st_mode) == 0o600
+
+
+@pytest.mark.parametrize("part", ["payload", "signature"])
+def test_a_token_with_one_character_changed_is_refused_as_tampered(settings: Settings, part: str) -> None:
+    _, token = ShareLinks(settings).create(site="a.test", view={}, days=7, creator="ann", now=NOW)
+    payload, signature = token.split(".")
+    tampered = f"{_flip(payload, 10)}.{signature}" if part == "payload" else f"{payload}.{_flip(signature, 5)}"
+    with pytest.raises(AccessDenied) as refused:
+        ShareLinks(settings).read(tampered, now=NOW)
+    assert refused.value.kind == "tampered"
+
+
+def test_a_token_whose_payload_names_another_site_is_refused_without_the_key(settings: Settings) -> None:
+    _, token = ShareLinks(settings).create(site="a.test", view={}, days=7, creator="ann", now=NOW)
+    payload, signature = token.split(".")
+    forged = json.loads(unb64_url(payload)) | {"site": "b.test", "view": {"site": "b.test"}}
+    with pytest.raises(AccessDenied, match="damaged or was altered"):
+        ShareLinks(settings).read(f"{b64_url(json.dumps(forged).encode())}.{signature}", now=NOW)
+    for junk in ("", "no-dot", "a.b.c", "é.é", "x" * 5000):
+        with pytest.raises(AccessDenied):
+            ShareLinks(settings).read(junk, now=NOW)
+
+
+def test_an_expired_token_is_refused_with_its_expiry(settings: Settings) -> None:
+    _, token = ShareLinks(settings).create(site="a.test", view={}, days=1, creator="ann", now=NOW)
+    with pytest.raises(AccessDenied, match="expired on 2026-09-2") as refused:
+        ShareLinks(settings).read(token, now=NOW + 86400)
+    assert refused.value.kind == "expired"
+
+
+def test_a_revoked_token_is_refused_at_once(settings: Settings) -> None:
+    links = ShareLinks(settings)
+    link, token = links.create(site="a.test", view={}, days=7, creator="ann", now=NOW)
+    other, other_token = links.create(site="b.test", view={}, days=7, creator="ann", now=NOW)
+    assert links.revoke(link.link_id, now=NOW + 1) is not None
+    with pytest.raises(AccessDenied) as refused:
+        links.read(token, now=NOW + 2)
+    assert refused.value.kind == "revoked"
+    assert links.read(other_token, now=NOW + 2).link_id == other.link_id
+    assert [x.status(NOW + 2) for x in links.all()] == ["revoked", "active"]
+    assert links.revoke("no-such-id", now=NOW) is None
+
+
+def test_a_token_for_a_site_no_longer_configured_is_refused(settings: Settings) -> None:
+    _, token = ShareLinks(settings).create(site="b.test", view={}, days=7, creator="ann", now=NOW)
+    fewer_sites = dataclasses.replace(settings, sites=(SiteSettings("a.test"),))
+    with pytest.raises(AccessDenied) as refused:
+        ShareLinks(fewer_sites).read(token, now=NOW)
+    assert refused.value.kind == "unknown-site"
+
+
+def test_a_validly_signed_token_that_was_never_recorded_is_refused(settings: Settings) -> None:
+    token = make_share_token(
+        secret_key(settings), ShareGrant("made-up", "a.test", {"site": "a.test"}, 0, int(NOW) + 99)
+    )
+    with pytest.raises(AccessDenied) as refused:
+        ShareLinks(settings).read(token, now=NOW)
+    assert refused.value.kind == "unknown-link"
+
+
+def test_a_token_signed_with_another_key_is_refused(settings: Settings, tmp_path: Path) -> None:
+    _, token = ShareLinks(settings).create(site="a.test", view={}, days=7, creator="ann", now=NOW)
+    rekeyed = dataclasses.replace(settings, dashboard=DashboardSettings(secret_key="k" * 32))
+    with pytest.raises(AccessDenied, match="damaged or was altered"):
+        ShareLinks(rekeyed).read(token, now=NOW)
+
+
+def test_the_generated_key_is_private_and_stable_and_a_short_configured_key_is_refused(settings: Settings) -> None:
+    key = secret_key(settings)
+    assert key == secret_key(settings) and len(key) >= 32
+    assert stat.S_IMODE(os.stat(Path(settings.home) / "dashboard" / "secret.key").st_mode) == 0o600
+    with pytest.raises(SettingsError, match=r"dashboard\.secret_key"):
+        secret_key(dataclasses.replace(settings, dashboard=DashboardSettings(secret_key="short")))
+
+
+def test_a_view_is_parsed_from_a_query_string_and_checked(settings: Settings) -> None:
+    assert parse_view("range=30d&page=/pricing", site="a.test") == {
+        "range": "30d",
+        "page": "/pricing",
+        "site": "a.test",
+    }
+    assert parse_view("", site="a.test") == {"site": "a.test"}
+    for bad in ("range=30d&range=7d", "share=x", "site=b.test", "novalue", "page=" + "x" * 3000):
+        with pytest.raises(ValueError):
+            parse_view(bad, site="a.test")
+    with pytest.raises(ValueError, match="not configured"):
+        ShareLinks(settings).create(site="c.test", view={}, days=1, creator="ann", now=time.time())

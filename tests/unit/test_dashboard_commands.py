@@ -1,0 +1,183 @@
+"""``tally user`` and ``tally share`` round trips in a temporary home and config, and the ``tally up`` login line."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from dashboard.auth import authenticate, load_users, users_path
+from dashboard.commands import dashboard_login_line
+from dashboard.share_links import AccessDenied, ShareLinks
+from tally.cli import main
+from tally.settings import Settings, load_settings
+
+HELP = [
+    "user",
+    "user add",
+    "user list",
+    "user remove",
+    "user hash",
+    "share",
+    "share create",
+    "share list",
+    "share revoke",
+]
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "tally.yaml").write_text(
+        "dashboard:\n  users:\n    - {name: carol, password_hash: '', sites: ['*'], email: carol@example.org}\n"
+        "sites: [{site_id: a.test}, {site_id: b.test}]\n"
+    )
+    monkeypatch.setenv("TALLY_CONF_DIR", str(conf))
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TALLY_ENV", raising=False)
+    return load_settings()
+
+
+def tally(monkeypatch: pytest.MonkeyPatch, *argv: str, stdin: str = "") -> int:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    with pytest.raises(SystemExit) as done:
+        main(list(argv))
+    return int(done.value.code or 0)
+
+
+@pytest.mark.parametrize("command", HELP)
+def test_every_user_and_share_command_has_help(command: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "tally", *command.split(), "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"usage: tally {command}" in done.stdout
+
+
+def test_users_round_trip_through_add_list_and_remove_without_printing_secrets(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        tally(monkeypatch, "user", "add", "ann", "--sites", "a.test", "--password-stdin", stdin="ann-pass-word\n") == 0
+    )
+    assert tally(monkeypatch, "user", "add", "bob", "--sites", "*", "--password-stdin", stdin="bob-pass-word\n") == 0
+    users = load_users(settings)
+    assert authenticate(users, "ann", "ann-pass-word") is not None and users["ann"].sites == ("a.test",)
+    assert tally(monkeypatch, "user", "list") == 0
+    out = capsys.readouterr().out
+    assert "ann-pass-word" not in out and "scrypt$" not in out
+    assert "carol" in out and "config (dashboard.users)" in out and "users.yaml (tally user)" in out
+    assert tally(monkeypatch, "user", "remove", "ann") == 0
+    assert set(load_users(settings)) == {"carol", "bob"}
+    assert tally(monkeypatch, "user", "remove", "ann") == 1
+    assert "ann-pass-word" not in users_path(settings).read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "stdin", "message"),
+    [
+        (
+            ["user", "add", "eve", "--sites", "c.test", "--password-stdin"],
+            "eve-pass-word\n",
+            "c.test is not a configured site",
+        ),
+        (["user", "add", "eve", "--sites", "a.test", "--password-stdin"], "short\n", "at least 8 characters"),
+        (["user", "add", "../x", "--sites", "a.test", "--password-stdin"], "eve-pass-word\n", "use letters, digits"),
+        (["user", "add", "carol", "--sites", "a.test", "--password-stdin"], "eve-pass-word\n", "defined in the config"),
+        (["user", "remove", "carol"], "", "defined in the config"),
+    ],
+)
+def test_user_add_refuses_bad_input_and_says_what_to_do(
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    stdin: str,
+    message: str,
+) -> None:
+    assert tally(monkeypatch, *argv, stdin=stdin) == 2
+    assert message in capsys.readouterr().err
+    assert set(load_users(settings)) == {"carol"}
+
+
+def test_adding_an_existing_user_needs_replace_which_ends_their_old_password(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tally(monkeypatch, "user", "add", "ann", "--sites", "a.test", "--password-stdin", stdin="first-password\n")
+    assert tally(monkeypatch, "user", "add", "ann", "--sites", "b.test", "--password-stdin", stdin="second-pass\n") == 2
+    assert (
+        tally(
+            monkeypatch,
+            "user",
+            "add",
+            "ann",
+            "--sites",
+            "b.test",
+            "--replace",
+            "--password-stdin",
+            stdin="second-pass\n",
+        )
+        == 0
+    )
+    users = load_users(settings)
+    assert authenticate(users, "ann", "first-password") is None and users["ann"].sites == ("b.test",)
+
+
+def test_share_links_round_trip_through_create_list_and_revoke(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["share", "create", "--site", "a.test", "--view", "range=30d&page=/pricing", "--days", "3"]
+    assert tally(monkeypatch, *argv, "--base-url", "https://stats.example.org/") == 0
+    url = capsys.readouterr().out.strip().splitlines()[-1]
+    assert url.startswith("https://stats.example.org/?share=")
+    token = parse_qs(urlsplit(url).query)["share"][0]
+    grant = ShareLinks(settings).read(token, now=time.time())
+    assert dict(grant.view) == {"range": "30d", "page": "/pricing", "site": "a.test"}
+    assert 3 * 86400 - 5 <= grant.expires_at - time.time() <= 3 * 86400
+    assert tally(monkeypatch, "share", "list") == 0
+    listed = capsys.readouterr().out
+    assert grant.link_id in listed and "active" in listed and "range=30d&page=/pricing" in listed
+    assert token not in listed
+    assert tally(monkeypatch, "share", "revoke", grant.link_id) == 0
+    with pytest.raises(AccessDenied, match="revoked"):
+        ShareLinks(settings).read(token, now=time.time())
+    tally(monkeypatch, "share", "list")
+    assert "revoked" in capsys.readouterr().out
+    assert tally(monkeypatch, "share", "revoke", "nope") == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--site", "c.test"], "not configured"), (["--site", "a.test", "--view", "site=b.test"], "names site")],
+)
+def test_share_create_refuses_a_site_that_is_not_configured_or_a_view_of_another_site(
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
+    assert tally(monkeypatch, "share", "create", *extra) == 2
+    assert message in capsys.readouterr().err
+    assert ShareLinks(settings).all() == []
+
+
+def test_tally_up_creates_the_admin_once_and_keeps_showing_its_login_until_it_changes(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    no_users = tmp_path / "conf2"
+    no_users.mkdir()
+    (no_users / "tally.yaml").write_text("sites: [{site_id: a.test}]\n")
+    monkeypatch.setenv("TALLY_CONF_DIR", str(no_users))
+    fresh = load_settings()
+    line = dashboard_login_line(fresh)
+    assert line.startswith("dashboard login: admin / ") and "admin-password" in line
+    password = line.split(" / ")[1].split(" (saved in")[0]
+    assert authenticate(load_users(fresh), "admin", password) is not None
+    assert dashboard_login_line(fresh) == line
+    tally(monkeypatch, "user", "add", "admin", "--sites", "*", "--replace", "--password-stdin", stdin="new-admin-pw\n")
+    assert dashboard_login_line(fresh).startswith("dashboard login: a user of `tally user list`")
