@@ -62,7 +62,7 @@ def hash_password(password: str) -> str:
 def verify_password(password: str, stored: str) -> bool:
     """True if ``password`` matches ``stored``; a malformed or unaffordable stored hash is False, never an error."""
     try:
-        scheme, n_text, r_text, p_text, salt_text, digest_text = stored.split("$")
+        scheme, n_text, r_text, p_text, salt_text, digest_text = stored.strip().split("$")
         n, r, p = int(n_text), int(r_text), int(p_text)
         salt, expected = unb64_url(salt_text), unb64_url(digest_text)
     except (ValueError, binascii.Error):

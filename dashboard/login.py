@@ -84,7 +84,7 @@ def _share_viewer(settings: Settings, token: str, now: float) -> Viewer:
     except AccessDenied as e:
         log.info("share link refused", extra={"fields": {"kind": e.kind}})
         st.title("Tally")
-        _refuse(f"This link cannot be opened: {e.reason}.")
+        _refuse(f"{e.reason}.")
     return Viewer(
         name=f"share link {grant.link_id}",
         sites=frozenset({grant.site}),

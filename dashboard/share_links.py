@@ -106,7 +106,7 @@ def _signature(key: bytes, encoded_payload: str) -> str:
     return b64_url(hmac.new(key, _SIGNING_CONTEXT + encoded_payload.encode("ascii"), hashlib.sha256).digest())
 
 
-_TAMPERED = "this share link is damaged or was altered; ask whoever sent it for a new link"
+_TAMPERED = "This share link is damaged or was altered; ask whoever sent it for a new link"
 
 
 def verify_share_token(key: bytes, token: str) -> ShareGrant:
@@ -224,14 +224,14 @@ class ShareLinks:
         """The grant of a token that may open now; AccessDenied with the reason otherwise."""
         grant = verify_share_token(secret_key(self.settings), token)
         if now >= grant.expires_at:
-            raise AccessDenied("expired", f"this share link expired on {_utc(grant.expires_at)}; ask for a new one")
+            raise AccessDenied("expired", f"This share link expired on {_utc(grant.expires_at)}; ask for a new one")
         record = next((link for link in self.all() if link.link_id == grant.link_id), None)
         if record is None:
-            raise AccessDenied("unknown-link", "this share link is not known to this dashboard; ask for a new one")
+            raise AccessDenied("unknown-link", "This share link is not known to this dashboard; ask for a new one")
         if record.revoked_at is not None:
-            raise AccessDenied("revoked", "this share link was revoked by its owner")
+            raise AccessDenied("revoked", "This share link was revoked by its owner")
         if self.settings.site(grant.site) is None or grant.view.get("site") != grant.site:
-            raise AccessDenied("unknown-site", "this share link is for a site this dashboard does not serve")
+            raise AccessDenied("unknown-site", "This share link is for a site this dashboard does not serve")
         return grant
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -24,7 +25,14 @@ def gated_page() -> None:
     """A stand-in for dashboard/app.py: the gate, the site check, then the private data."""
     import streamlit as st
 
-    from dashboard.login import check_site, effective_query, logout_button, require_viewer, visible_sites
+    from dashboard.login import (
+        check_site,
+        effective_query,
+        logout_button,
+        require_viewer,
+        share_view_button,
+        visible_sites,
+    )
     from tally.settings import load_settings
 
     settings = load_settings()
@@ -32,6 +40,7 @@ def gated_page() -> None:
     query = effective_query(viewer, st.query_params.to_dict())
     site = check_site(viewer, query.get("site") or next(iter(visible_sites(viewer, settings)), None))
     logout_button(viewer)
+    share_view_button(viewer, settings, {**query, "site": site})
     st.text(f"SECRET FIGURES: 12,345 visitors | site={site} | viewer={viewer.name} | read_only={viewer.read_only}")
     st.text(f"view={sorted(query.items())}")
 
@@ -104,6 +113,26 @@ def test_log_out_ends_the_session(settings: Settings) -> None:
     app = log_in(page().run(), ANN, ANN_PASSWORD)
     app.sidebar.button[0].click().run()
     assert MARKER not in texts(app) and [t.label for t in app.text_input] == ["User", "Password"]
+
+
+def test_a_user_can_share_the_view_they_see_as_a_signed_link(settings: Settings) -> None:
+    app = logged_in_page(settings)
+    app.query_params.update({"site": "a.test", "range": "30d"})
+    app.run()
+    app.sidebar.button(key="tally-share").click().run()
+    url = app.sidebar.code[0].value
+    token = parse_qs(urlsplit(url).query)["share"][0]
+    grant = ShareLinks(settings).read(token, now=time.time())
+    assert (grant.site, dict(grant.view)) == ("a.test", {"site": "a.test", "range": "30d"})
+    assert ShareLinks(settings).all()[0].creator == ANN
+
+
+def test_a_share_link_viewer_cannot_make_further_links(settings: Settings) -> None:
+    _, token = ShareLinks(settings).create(site="a.test", view={}, days=1, creator=ANN, now=time.time())
+    app = page()
+    app.query_params["share"] = token
+    app.run()
+    assert MARKER in texts(app) and not app.sidebar.button and len(ShareLinks(settings).all()) == 1
 
 
 def test_an_expired_session_asks_for_the_password_again(settings: Settings) -> None:
