@@ -316,39 +316,3 @@ class LoginThrottle:
     def succeeded(self, name: str) -> None:
         with self._lock:
             self._failures.pop(name[:64], None)
-
-
-# --- first run -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AdminLogin:
-    name: str
-    password: str
-    path: Path  # the 0600 file holding the password
-
-
-def ensure_admin(settings: Settings) -> AdminLogin | None:
-    """When no user exists at all, create ``admin`` (every site) with a random password; None otherwise.
-
-    Only the hash goes to ``users.yaml``; the password is written to ``<home>/dashboard/admin-password``
-    (0600) so the operator can read it once and then change it with ``tally user add admin --replace``.
-    """
-    with state_lock(settings):
-        if load_users(settings):
-            return None
-        password = secrets.token_urlsafe(18)
-        write_file_users(settings, [DashboardUser(ADMIN, hash_password(password), (EVERY_SITE,))])
-        write_private(admin_password_path(settings), password + "\n")
-    log.info("dashboard admin created", extra={"fields": {"password_file": str(admin_password_path(settings))}})
-    return AdminLogin(ADMIN, password, admin_password_path(settings))
-
-
-def saved_admin_login(settings: Settings) -> AdminLogin | None:
-    """The first-run admin login if its saved password still works (not changed or removed since)."""
-    path = admin_password_path(settings)
-    admin = load_users(settings).get(ADMIN)
-    if admin is None or not path.exists():
-        return None
-    password = path.read_text().strip()
-    return AdminLogin(ADMIN, password, path) if verify_password(password, admin.password_hash) else None

@@ -1,4 +1,4 @@
-"""The ``tally user`` and ``tally share`` commands, and the dashboard login line of ``tally up``.
+"""The ``tally user`` and ``tally share`` commands, and the first-run admin and login line of ``tally up``.
 
 Users added here are stored (scrypt hash only) in ``<home>/dashboard/users.yaml``; users of
 ``dashboard.users`` in the config are listed but edited in the config. Nothing secret is printed
@@ -9,25 +9,31 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import logging
+import secrets
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from dashboard.auth import (
     ADMIN,
     EVERY_SITE,
     USER_NAME,
     admin_password_path,
-    ensure_admin,
     hash_password,
     load_users,
     read_file_users,
-    saved_admin_login,
     state_lock,
+    verify_password,
     write_file_users,
+    write_private,
 )
 from dashboard.share_links import ShareLinks, describe_view, parse_view, share_url
 from tally.settings import DashboardUser, Settings
+
+log = logging.getLogger("tally.dashboard.commands")
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
 MIN_PASSWORD_CHARS = 8
@@ -227,6 +233,39 @@ def run_share_revoke(args: argparse.Namespace, settings: Settings) -> int:
         return _fail(f"no share link {args.link_id!r} (see `tally share list`)", EXIT_NOT_FOUND)
     print(f"share link {revoked.link_id} ({revoked.site}) revoked")
     return EXIT_OK
+
+
+@dataclass(frozen=True)
+class AdminLogin:
+    name: str
+    password: str
+    path: Path  # the 0600 file holding the password
+
+
+def ensure_admin(settings: Settings) -> AdminLogin | None:
+    """When no user exists at all, create ``admin`` (every site) with a random password; None otherwise.
+
+    Only the hash goes to ``users.yaml``; the password is written to ``<home>/dashboard/admin-password``
+    (0600) so the operator can read it once and then change it with ``tally user add admin --replace``.
+    """
+    with state_lock(settings):
+        if load_users(settings):
+            return None
+        password = secrets.token_urlsafe(18)
+        write_file_users(settings, [DashboardUser(ADMIN, hash_password(password), (EVERY_SITE,))])
+        write_private(admin_password_path(settings), password + "\n")
+    log.info("dashboard admin created", extra={"fields": {"password_file": str(admin_password_path(settings))}})
+    return AdminLogin(ADMIN, password, admin_password_path(settings))
+
+
+def saved_admin_login(settings: Settings) -> AdminLogin | None:
+    """The first-run admin login if its saved password still works (not changed or removed since)."""
+    path = admin_password_path(settings)
+    admin = load_users(settings).get(ADMIN)
+    if admin is None or not path.exists():
+        return None
+    password = path.read_text().strip()
+    return AdminLogin(ADMIN, password, path) if verify_password(password, admin.password_hash) else None
 
 
 def dashboard_login_line(settings: Settings) -> str:

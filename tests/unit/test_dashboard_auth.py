@@ -16,11 +16,9 @@ from dashboard.auth import (
     authenticate,
     b64_url,
     effective_query,
-    ensure_admin,
     hash_password,
     load_users,
     oidc_providers,
-    saved_admin_login,
     session_record,
     session_user,
     unb64_url,
@@ -31,6 +29,7 @@ from dashboard.auth import (
     visible_sites,
     write_file_users,
 )
+from dashboard.commands import ensure_admin, saved_admin_login
 from dashboard.share_links import AccessDenied, ShareGrant, ShareLinks, make_share_token, parse_view, secret_key
 from tally.settings import DashboardSettings, DashboardUser, Settings, SettingsError, SiteSettings
 
