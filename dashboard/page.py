@@ -66,6 +66,7 @@ def show(settings: Settings, sites: list[str], params: Mapping[str, str], *, rea
     agg = aggregates(settings)
     if not read_only:
         view = sidebar(view, sites, agg, today)
+        st.sidebar.button("Refresh figures", key="refresh", help="Reads the tables again (keeps you logged in).")
         st.query_params.from_dict(to_query(view))
     days = Range(*view.dates(today))
     st.title(f"Tally · {view.site}")
@@ -103,5 +104,5 @@ def show(settings: Settings, sites: list[str], params: Mapping[str, str], *, rea
     panels.funnel(raw, view.funnel)
     panels.performance(current, report.exact)
     panels.data_health(settings, agg, view.site, days, now)
-    st.caption(f"Updated {now:%H:%M:%S} UTC. Reload the page to refresh.")
+    st.caption(f"Figures as of {now:%H:%M:%S} UTC.")
     return view

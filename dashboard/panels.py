@@ -58,7 +58,7 @@ def realtime(agg: Aggregates, site_id: str, now: dt.datetime) -> None:
 def kpis(current: Totals, previous: Totals | None, exact: bool) -> None:
     """Six KPIs, each with its change versus the previous period."""
     before = previous
-    cells = st.columns(6)
+    cells = [*st.columns(3), *st.columns(3)]  # two rows: the ± bounds need the width
     cells[0].metric(
         "Unique visitors" + ("" if exact else " (≈)"),
         visitors_text(current.visitors, exact),

@@ -1,47 +1,123 @@
-"""Generated traffic through the running stack shows up, exactly, on the dashboard in Chromium."""
+"""The running dashboard in Chromium: private by default, exact where exact, inert to hostile text.
+
+Generated traffic plus hostile beacons go through the running stack (ingest → Kafka → archiver and
+streaming views); the page's figures are compared with raw.pageviews read by delta-rs.
+"""
 
 from __future__ import annotations
 
+import json
 import re
 import time
+import uuid
 from typing import Any
 
+import httpx
 import pyarrow.compute as pc
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from tests.e2e.conftest import ARTIFACTS, RunningStack
 
+FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
+SITE = "demo.tally.local"
+# Each probe sets a global if it ever runs; the page must show it as text instead.
+PROBES = {
+    "u": f"https://{SITE}/<img src=x onerror=window.__xss=1>",
+    "r": "javascript:window.__xss=2",
+    "ti": "<script>window.__xss=3</script>",
+    "n": "<img src=y onerror=window.__xss=4>",
+}
 
-def exact_pageviews_in_raw(stack: RunningStack) -> int:
-    """Non-bot page views in raw.pageviews, counted by delta-rs (independent of Spark)."""
-    raw = DeltaTable(str(stack.home / "warehouse" / "raw" / "pageviews")).to_pyarrow_table(columns=["type", "is_bot"])
-    return int(pc.sum(pc.and_(pc.equal(raw["type"], "pageview"), pc.invert(raw["is_bot"]))).as_py() or 0)
+
+def raw_figures(stack: RunningStack) -> tuple[int, int]:
+    """Non-bot page views and distinct visitor ids in raw.pageviews, read by delta-rs (not Spark)."""
+    raw = DeltaTable(str(stack.home / "warehouse" / "raw" / "pageviews")).to_pyarrow_table(
+        columns=["type", "is_bot", "visitor_id"]
+    )
+    human = raw.filter(pc.invert(raw["is_bot"]))
+    views = int(pc.sum(pc.equal(human["type"], "pageview")).as_py() or 0)
+    return views, len(pc.unique(human["visitor_id"]))
 
 
-def shown_pageviews(page: Any) -> int | None:
-    metric = page.get_by_test_id("stMetricValue")
-    if metric.count() == 0:
+def views_total(stack: RunningStack) -> int:
+    """Page views in agg.traffic_1d's site-total rows (what the KPI sums), read by delta-rs."""
+    try:
+        days = DeltaTable(str(stack.home / "warehouse" / "agg" / "traffic_1d")).to_pyarrow_table(
+            columns=["dimension", "pageviews"]
+        )
+    except TableNotFoundError:
+        return 0
+    return int(pc.sum(days.filter(pc.equal(days["dimension"], "all"))["pageviews"]).as_py() or 0)
+
+
+def send_hostile_beacons(stack: RunningStack) -> None:
+    now = int(time.time() * 1000)
+    for kind, name in (("pageview", None), ("event", PROBES["n"])):
+        beacon = {"id": str(uuid.uuid4()), "k": kind, "s": SITE, "u": PROBES["u"], "r": PROBES["r"]}
+        beacon |= {"ti": PROBES["ti"], "te": now, "ts": now} | ({"n": name} if name else {})
+        headers = {"Content-Type": "text/plain", "User-Agent": FIREFOX, "X-Forwarded-For": "81.2.69.142"}
+        response = httpx.post(f"{stack.ingest_url}/api/event", content=json.dumps(beacon), headers=headers)
+        assert response.status_code == 202, response.text
+
+
+def metric(page: Any, label: str) -> str | None:
+    """The value of the st.metric with this label, as shown."""
+    box = page.locator("[data-testid='stMetric']", has=page.get_by_text(label, exact=True))
+    if box.count() == 0:
         return None
-    return int(re.sub(r"\D", "", metric.first.inner_text()))
+    return str(box.first.locator("[data-testid='stMetricValue']").inner_text())
 
 
-def test_the_dashboard_shows_the_exact_page_views_of_generated_traffic(stack: RunningStack, browser: Any) -> None:
+def log_in(page: Any, stack: RunningStack) -> None:
+    password = (stack.home / "dashboard" / "admin-password").read_text().strip()
+    page.get_by_role("textbox", name="User").fill("admin")
+    page.get_by_role("textbox", name="Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    try:
+        page.wait_for_selector("[data-testid='stMetric']", timeout=60000)
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-login-failed.png"), full_page=True)
+        raise
+
+
+def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: RunningStack, browser: Any) -> None:
     traffic = stack.tally("traffic", "--rate", "40", "--duration", "8", "--target", stack.ingest_url)
     assert traffic.returncode == 0, traffic.stdout + traffic.stderr
     assert "0 failed" in traffic.stdout
+    send_hostile_beacons(stack)
 
-    page = browser.new_page(viewport={"width": 1280, "height": 1400})
-    deadline = time.monotonic() + 120
-    expected = shown = None
-    while time.monotonic() < deadline:
-        page.goto(stack.dashboard_url)
-        page.wait_for_selector("h1:has-text('Tally')", timeout=30000)
-        page.wait_for_timeout(2500)
-        expected, shown = exact_pageviews_in_raw(stack), shown_pageviews(page)
-        if expected and shown == expected:
-            break
-        time.sleep(3)
+    page = browser.new_page(viewport={"width": 1400, "height": 1600})
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(stack.dashboard_url)
+    page.wait_for_selector("text=Analytics data is private", timeout=60000)
+    assert page.locator("[data-testid='stMetric']").count() == 0, "an anonymous browser must see no figures"
+
+    # Wait until the streaming views hold every archived page view, then log in once (a reload
+    # would start a new Streamlit session and ask for the password again).
+    deadline = time.monotonic() + 180
+    expected = raw_figures(stack)
+    while time.monotonic() < deadline and not (expected[0] and views_total(stack) == expected[0]):
+        time.sleep(2)
+        expected = raw_figures(stack)
+    log_in(page, stack)
+    views_text = metric(page, "Page views")
+    shown = int(re.sub(r"\D", "", views_text)) if views_text else None
+    page.wait_for_selector("text=Figures as of", timeout=60000)  # the last line: the run is over
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
-    assert expected and shown == expected, f"dashboard shows {shown}, raw has {expected} page views"
-    assert page.get_by_text("Top pages").count() == 1
+    assert expected and shown == expected[0], f"dashboard shows {shown} page views, raw has {expected}"
+
+    visitors = metric(page, "Unique visitors (≈)") or ""
+    match = re.fullmatch(r"≈ ([\d,]+) ± ([\d.<]+)%", visitors)
+    assert match, f"unique visitors must be labelled approximate with a bound, got {visitors!r}"
+    estimate, bound = int(match[1].replace(",", "")), float(match[2].lstrip("<"))
+    assert abs(estimate - expected[1]) <= max(1, estimate * bound / 100), (estimate, bound, expected[1])
+
+    assert page.evaluate("window.__xss") is None and not dialogs, "a hostile string ran as code"
+    assert page.locator("img[src='x'], img[src='y']").count() == 0, "a hostile string became an element"
+    page.get_by_label("Page").first.click()  # the page filter lists the hostile path as plain text
+    assert page.get_by_text("/<img src=x onerror=window.__xss=1>", exact=True).count() >= 1
+    assert page.evaluate("window.__xss") is None and not dialogs

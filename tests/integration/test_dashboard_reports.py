@@ -18,7 +18,7 @@ import pytest
 from deltalake import DeltaTable
 
 from dashboard.drilldown import RawQuery
-from dashboard.queries import AggregateReport, Aggregates, Range, dimension_values
+from dashboard.queries import AggregateReport, Aggregates, Range, dimension_values, realtime_visitors
 from dashboard.view import Step
 from jobs.backfill import backfill
 from tally.settings import Settings
@@ -159,3 +159,14 @@ def test_an_empty_warehouse_reads_as_zeros_not_errors(tmp_path: Path, settings: 
     iso = dataclasses.replace(settings, warehouse=dataclasses.replace(settings.warehouse, path=str(tmp_path)))
     totals = AggregateReport(Aggregates(iso), SITE, DAYS).totals()
     assert (totals.pageviews, totals.visits, totals.visitors.value) == (0, 0, 0)
+
+
+def test_realtime_visitors_are_the_hopping_window_ending_at_the_current_minute(warehouse: dict[str, Any]) -> None:
+    raw: pd.DataFrame = warehouse["raw"]
+    now = dt.datetime(2026, 3, 2, 14, 30, 40, tzinfo=dt.UTC)
+    window_start = int(dt.datetime(2026, 3, 2, 14, 26, tzinfo=dt.UTC).timestamp() * 1000)
+    inside = raw[(raw["event_time"] >= window_start) & (raw["event_time"] < window_start + 5 * 60_000)]
+    estimate = realtime_visitors(warehouse["report"].agg, SITE, now)
+    assert estimate is not None and inside["visitor_id"].nunique() > 0
+    assert estimate.lower <= inside["visitor_id"].nunique() <= estimate.upper
+    assert realtime_visitors(warehouse["report"].agg, SITE, dt.datetime(2026, 5, 1, tzinfo=dt.UTC)) is None

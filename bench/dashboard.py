@@ -1,0 +1,185 @@
+"""Dashboard benchmark: each panel's query and a full page render over 90 days × 10M events,
+side by side with answering the same questions by scanning the raw events (DuckDB over
+raw.pageviews: the seed's "option (a)"), in the same run.
+
+The data set (synthetic events over the 90 days ending today, backfilled into every view with
+Spark on local[2]) is kept under ``<home>/bench/dashboard-<events>-<days>`` and reused by later
+runs; ``--rebuild`` makes it again. Panels are timed as the page runs them: one reader per
+process, table snapshots warm (the first read of each table is reported separately).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import duckdb
+from deltalake import write_deltalake
+
+from tally.log import setup_logging
+from tally.settings import Settings, load_settings
+from tally.storage import open_table
+from traffic.synthetic import synthetic_events
+
+EVENTS_PER_VISIT = 4.4  # what traffic.synthetic produces on average
+SITE = "demo.tally.local"
+
+
+def build(settings: Settings, events: int, days: int, master: str) -> None:
+    """Synthetic raw events over the ``days`` days ending today, then a backfill of every view."""
+    from jobs.backfill import backfill
+    from tally.spark import spark_session
+
+    today = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    first = today - dt.timedelta(days=days - 1)
+    per_day = int(events / EVENTS_PER_VISIT / days)
+    t0, written = time.perf_counter(), 0
+    for day in range(days):
+        table = synthetic_events(
+            visits=per_day, start=first + dt.timedelta(days=day), span=dt.timedelta(days=1), seed=day, site_id=SITE
+        )
+        write_deltalake(settings.table_uri("raw.pageviews"), table, mode="append", partition_by=["event_date"])
+        written += table.num_rows
+    print(f"{written:,} events over {days} days written to raw in {time.perf_counter() - t0:.0f} s", flush=True)
+    os.environ["TALLY_SPARK__MASTER"] = master
+    spark = spark_session(settings, "tally-bench-dashboard")
+    t0 = time.perf_counter()
+    backfill(spark, settings, start=first.date(), end=today.date(), progress=True)
+    print(f"backfill into every view: {time.perf_counter() - t0:.0f} s", flush=True)
+    spark.stop()
+
+
+def timed(action: Callable[[], Any], runs: int) -> tuple[float, float, float]:
+    """(first, p50, p95) wall-clock milliseconds of ``runs`` calls; the first is also in the sample."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        action()
+        times.append((time.perf_counter() - t0) * 1000)
+    ordered = sorted(times)
+    return times[0], statistics.median(ordered), ordered[max(0, round(0.95 * len(ordered)) - 1)]
+
+
+def panels(settings: Settings, days: int) -> dict[str, Callable[[], Any]]:
+    from dashboard.queries import AggregateReport, Aggregates, Range, dimension_values, realtime_visitors
+    from dashboard.view import Step
+
+    today = dt.datetime.now(dt.UTC).date()
+    span = Range(today - dt.timedelta(days=days - 1), today)
+    agg = Aggregates(settings)
+    report = AggregateReport(agg, SITE, span)
+    return {
+        "KPIs (HLL union, digests)": report.totals,
+        "time series by day": lambda: report.series("day"),
+        "top pages": lambda: report.top("page"),
+        "entry pages": lambda: report.top_visits("entry_page"),
+        "sources": lambda: report.top("source"),
+        "countries": lambda: report.top("country", limit=50),
+        "browsers": lambda: report.top("browser"),
+        "custom events": lambda: report.top("event", limit=20),
+        "goal (page)": lambda: report.goal(Step("page", "/pricing")),
+        "realtime (5 min)": lambda: realtime_visitors(agg, SITE, dt.datetime.now(dt.UTC)),
+        "filter pickers": lambda: dimension_values(agg, SITE, span, "country"),
+    }
+
+
+def raw_scans(settings: Settings, days: int) -> dict[str, Callable[[], Any]]:
+    """The same questions answered from raw events with DuckDB (exact, no aggregates)."""
+    today = dt.datetime.now(dt.UTC).date()
+    where = (
+        f"site_id = '{SITE}' AND event_date BETWEEN DATE '{today - dt.timedelta(days=days - 1)}' "
+        f"AND DATE '{today}' AND NOT is_bot"
+    )
+
+    def query(sql: str) -> Callable[[], Any]:
+        def run() -> Any:
+            con = duckdb.connect()
+            con.register("raw", open_table(settings, "raw.pageviews").to_pyarrow_dataset())
+            return con.execute(sql.format(where=where)).fetchall()
+
+        return run
+
+    return {
+        "KPIs (HLL union, digests)": query(
+            "SELECT count(*) FILTER (WHERE type = 'pageview'), count(DISTINCT visitor_id), "
+            "quantile_cont(load_ms, [0.5, 0.9, 0.99]) FROM raw WHERE {where}"
+        ),
+        "time series by day": query(
+            "SELECT event_date, count(*) FILTER (WHERE type = 'pageview'), count(DISTINCT visitor_id) "
+            "FROM raw WHERE {where} GROUP BY 1"
+        ),
+        "top pages": query(
+            "SELECT path, count(*) FILTER (WHERE type = 'pageview') AS v, count(DISTINCT visitor_id) "
+            "FROM raw WHERE {where} GROUP BY 1 ORDER BY v DESC LIMIT 10"
+        ),
+    }
+
+
+def page_render(settings: Settings) -> Callable[[], Any]:
+    """One full run of the report page (everything after login) in Streamlit's AppTest."""
+    from streamlit.testing.v1 import AppTest
+
+    def script() -> None:
+
+        from dashboard.page import show
+        from tally.settings import load_settings
+
+        show(load_settings(), ["demo.tally.local"], {"site": "demo.tally.local", "range": "90d"}, read_only=False)
+
+    app = AppTest.from_function(script, default_timeout=600)
+
+    def run() -> None:
+        app.run()
+        assert not app.exception, app.exception
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.dashboard", description=__doc__)
+    parser.add_argument("--events", type=int, default=10_000_000, help="synthetic events in the data set")
+    parser.add_argument("--days", type=int, default=90, help="days the events span (ending today)")
+    parser.add_argument("--runs", type=int, default=20, help="timed runs of each panel query")
+    parser.add_argument("--raw-runs", type=int, default=5, help="timed runs of each raw scan")
+    parser.add_argument("--master", default="local[2]", help="Spark master for building the data set")
+    parser.add_argument("--rebuild", action="store_true", help="build the data set again")
+    args = parser.parse_args(argv)
+    setup_logging()
+    base = load_settings()
+    home = base.home_dir / "bench" / f"dashboard-{args.events}-{args.days}"
+    os.environ["TALLY_HOME"] = str(home)
+    os.environ["TALLY_WAREHOUSE__PATH"] = str(home / "warehouse")
+    settings = load_settings()
+    done = home / "built"
+    if args.rebuild or not done.exists():
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        build(settings, args.events, args.days, args.master)
+        done.write_text(dt.datetime.now(dt.UTC).isoformat())
+    print(f"data set: {home} (built {done.read_text()})", flush=True)
+
+    rows = []
+    scans = raw_scans(settings, args.days)
+    for name, action in panels(settings, args.days).items():
+        first, p50, p95 = timed(action, args.runs)
+        raw = timed(scans[name], args.raw_runs) if name in scans else None
+        rows.append((name, first, p50, p95, raw))
+    render = timed(page_render(settings), max(3, args.runs // 4))
+    print(f"\n{'panel (last ' + str(args.days) + ' days)':<28} {'first':>8} {'p50':>8} {'p95':>8}   raw scan p50 / p95")
+    for name, first, p50, p95, raw in rows:
+        side = f"{raw[1]:>8.0f} / {raw[2]:.0f} ms  ({raw[1] / p50:.0f}× slower)" if raw else ""
+        print(f"{name:<28} {first:>6.0f}ms {p50:>6.0f}ms {p95:>6.0f}ms   {side}")
+    print(f"{'full page render (AppTest)':<28} {render[0]:>6.0f}ms {render[1]:>6.0f}ms {render[2]:>6.0f}ms")
+    worst = max(p95 for _, _, _, p95, _ in rows)
+    print(f"\nslowest panel p95: {worst:.0f} ms (goal ≤ 300 ms: {'met' if worst <= 300 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()
