@@ -54,7 +54,7 @@ def views_total(stack: RunningStack) -> int:
 def send_hostile_beacons(stack: RunningStack) -> None:
     now = int(time.time() * 1000)
     for kind, name in (("pageview", None), ("event", PROBES["n"])):
-        beacon = {"id": str(uuid.uuid4()), "k": kind, "s": SITE, "u": PROBES["u"], "r": PROBES["r"]}
+        beacon: dict[str, object] = {"id": str(uuid.uuid4()), "k": kind, "s": SITE, "u": PROBES["u"], "r": PROBES["r"]}
         beacon |= {"ti": PROBES["ti"], "te": now, "ts": now} | ({"n": name} if name else {})
         headers = {"Content-Type": "text/plain", "User-Agent": FIREFOX, "X-Forwarded-For": "81.2.69.142"}
         response = httpx.post(f"{stack.ingest_url}/api/event", content=json.dumps(beacon), headers=headers)
@@ -90,7 +90,12 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
 
     page = browser.new_page(viewport={"width": 1400, "height": 1600})
     dialogs: list[str] = []
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    def dismiss(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismiss)
     page.goto(stack.dashboard_url)
     page.wait_for_selector("text=Analytics data is private", timeout=60000)
     assert page.locator("[data-testid='stMetric']").count() == 0, "an anonymous browser must see no figures"
