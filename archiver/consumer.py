@@ -24,11 +24,12 @@ from prometheus_client import Counter, Gauge, start_http_server
 
 from archiver.columnar import decode_batch
 from archiver.dedup import SeenIds
-from archiver.tables import RAW_REJECTED_SCHEMA, ArchiveTable, TableBatch, raw_pageviews_schema
+from archiver.tables import ArchiveTable, TableBatch, raw_tables
 from tally.deadletter import DeadLetter, dead_letter
 from tally.log import kv
 from tally.schema import decode_event
 from tally.settings import Settings
+from tally.storage import find_table
 
 log = logging.getLogger("tally.archiver")
 
@@ -80,11 +81,11 @@ class Archiver:
         self.settings = settings
         k = settings.kafka
         self.events_topic, self.rejected_topic = k.pageviews_topic, k.rejected_topic
-        self.raw = ArchiveTable(settings.table_uri("raw.pageviews"), raw_pageviews_schema(), "event_date")
-        self.rejected = ArchiveTable(settings.table_uri("raw.rejected"), RAW_REJECTED_SCHEMA, "rejected_date")
+        tables = raw_tables(settings)
+        self.raw, self.rejected = tables["raw.pageviews"], tables["raw.rejected"]
         self.consumer = Consumer(
             {
-                "bootstrap.servers": k.servers,
+                **k.client_config(),
                 "group.id": GROUP_ID,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
@@ -95,7 +96,7 @@ class Archiver:
         self._stopping = False
         self._duplicates = 0
         self.seen = SeenIds(settings.archiver.dedup_days)
-        loaded = self.seen.load(self.raw.uri, _utc_date(_now_ms()))
+        loaded = self.seen.load(find_table(settings, "raw.pageviews"), _utc_date(_now_ms()))
         log.info("dedup state loaded", extra=kv(event_ids=loaded, days=settings.archiver.dedup_days))
 
     def _positions(self) -> list[TopicPartition]:
@@ -185,7 +186,7 @@ class Archiver:
             # The ids were marked seen before the commit; a failed commit must not make their
             # replay look like duplicates, so rebuild the state from the table and re-raise.
             self.seen = SeenIds(self.settings.archiver.dedup_days)
-            self.seen.load(self.raw.uri, _utc_date(_now_ms()))
+            self.seen.load(find_table(self.settings, "raw.pageviews"), _utc_date(_now_ms()))
             raise
         self.seen.forget_before(_utc_date(_now_ms()))
         offsets: dict[tuple[str, int], int] = {}

@@ -16,7 +16,6 @@ import datetime as dt
 import numpy as np
 import pyarrow.compute as pc
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
 MERGE_EVERY = 50_000
 
@@ -33,11 +32,9 @@ class SeenIds:
         self._base: dict[dt.date, np.ndarray] = {}
         self._recent: dict[dt.date, set[int]] = {}
 
-    def load(self, table_uri: str, today: dt.date) -> int:
-        """Fill from the raw table's recent partitions; return how many ids were loaded."""
-        try:
-            table = DeltaTable(table_uri)
-        except TableNotFoundError:
+    def load(self, table: DeltaTable | None, today: dt.date) -> int:
+        """Fill from the raw table's recent partitions (None: not written yet); return how many ids were loaded."""
+        if table is None:
             return 0
         since = today - dt.timedelta(days=self.horizon_days)
         data = table.to_pyarrow_dataset().to_table(

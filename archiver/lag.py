@@ -8,18 +8,16 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, TopicPartition
 
-from archiver.tables import RAW_REJECTED_SCHEMA, ArchiveTable, raw_pageviews_schema
+from archiver.tables import raw_tables
 from tally.settings import Settings
 
 
 def archive_lag(settings: Settings) -> dict[tuple[str, int], int]:
     """``{(topic, partition): messages not yet archived}`` for pageviews and pageviews.rejected."""
     k = settings.kafka
-    tables = {
-        k.pageviews_topic: ArchiveTable(settings.table_uri("raw.pageviews"), raw_pageviews_schema(), "event_date"),
-        k.rejected_topic: ArchiveTable(settings.table_uri("raw.rejected"), RAW_REJECTED_SCHEMA, "rejected_date"),
-    }
-    consumer = Consumer({"bootstrap.servers": k.servers, "group.id": "tally-lag-probe", "log_level": 0})
+    raw = raw_tables(settings)
+    tables = {k.pageviews_topic: raw["raw.pageviews"], k.rejected_topic: raw["raw.rejected"]}
+    consumer = Consumer({**k.client_config(), "group.id": "tally-lag-probe", "log_level": 0})
     try:
         lag = {}
         for topic, table in tables.items():

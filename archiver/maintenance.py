@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
 from tally.log import kv
 from tally.settings import Settings
+from tally.storage import find_table
 
 log = logging.getLogger("tally.archiver.maintenance")
 
@@ -23,10 +23,7 @@ RAW_TABLES = {"raw.pageviews": "event_date", "raw.rejected": "rejected_date"}
 
 
 def _open(settings: Settings, name: str) -> DeltaTable | None:
-    try:
-        return DeltaTable(settings.table_uri(name))
-    except TableNotFoundError:
-        return None
+    return find_table(settings, name)
 
 
 def _literal(text: str) -> str:

@@ -16,6 +16,8 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import CommitProperties, Transaction
 
 from tally.schema import FIELDS, RAW_EXTRA_FIELDS
+from tally.settings import Settings
+from tally.storage import delta_uri, storage_options
 
 APP_ID_PREFIX = "tally-archiver"
 
@@ -84,8 +86,11 @@ class TableBatch:
 class ArchiveTable:
     """One append-only Delta table whose commits record the Kafka offsets they contain."""
 
-    def __init__(self, uri: str, schema: pa.Schema, partition_by: str) -> None:
+    def __init__(
+        self, uri: str, schema: pa.Schema, partition_by: str, *, options: dict[str, str] | None = None
+    ) -> None:
         self.uri = uri
+        self.options = options or None  # delta-rs storage options (object-store credentials)
         self.schema = schema
         self.partition_by = partition_by
         self._table: DeltaTable | None = None
@@ -96,7 +101,7 @@ class ArchiveTable:
     def _load(self) -> DeltaTable | None:
         if self._table is None:
             try:
-                self._table = DeltaTable(self.uri)
+                self._table = DeltaTable(self.uri, storage_options=self.options)
             except TableNotFoundError:
                 return None
         else:
@@ -126,7 +131,21 @@ class ArchiveTable:
             partition_by=[self.partition_by],
             schema_mode="merge",  # additive evolution: new optional columns are added
             commit_properties=CommitProperties(app_transactions=txns),
+            storage_options=self.options,
         )
         self._next.update(batch.next_offsets)
         if self._table is None:
-            self._table = DeltaTable(self.uri)
+            self._table = DeltaTable(self.uri, storage_options=self.options)
+
+
+def raw_tables(settings: Settings) -> dict[str, ArchiveTable]:
+    """raw.pageviews and raw.rejected of the configured warehouse, by table name."""
+    layout = {
+        "raw.pageviews": (raw_pageviews_schema(), "event_date"),
+        "raw.rejected": (RAW_REJECTED_SCHEMA, "rejected_date"),
+    }
+    options = storage_options(settings)
+    return {
+        name: ArchiveTable(delta_uri(settings, name), schema, partition_by, options=options)
+        for name, (schema, partition_by) in layout.items()
+    }

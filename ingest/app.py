@@ -92,10 +92,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        kafka = EventLog(bootstrap_servers=settings.kafka.servers)
+        kafka = EventLog(client_config=settings.kafka.client_config())
         store = DurableLog(kafka, Spool(settings.home_dir / "spool"))
         follower = BlockFollower(
-            bootstrap_servers=settings.kafka.servers, topic=settings.kafka.ratelimit_topic, blocks=blocks
+            client_config=settings.kafka.client_config(), topic=settings.kafka.ratelimit_topic, blocks=blocks
         )
         state["pipeline"] = Pipeline(settings, store, limiter)
         replayer = asyncio.create_task(store.replay_forever())

@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import uuid
+from collections.abc import Mapping
 
 from confluent_kafka import Consumer, KafkaError
 
@@ -21,11 +22,11 @@ log = logging.getLogger("tally.ingest.blocks")
 
 
 class BlockFollower:
-    def __init__(self, *, bootstrap_servers: str, topic: str, blocks: BlockList) -> None:
+    def __init__(self, *, client_config: Mapping[str, str], topic: str, blocks: BlockList) -> None:
         self.blocks = blocks
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap_servers,
+                **client_config,
                 "group.id": f"tally-ingest-blocks-{uuid.uuid4().hex}",  # never committed: read all, always
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -22,10 +23,11 @@ class AppendFailed(RuntimeError):
 class EventLog:
     """Async appends to Kafka topics, with a background thread serving delivery reports."""
 
-    def __init__(self, *, bootstrap_servers: str, delivery_timeout_ms: int = 5000) -> None:
+    def __init__(self, *, client_config: Mapping[str, str], delivery_timeout_ms: int = 5000) -> None:
+        """``client_config``: bootstrap servers and any extra client properties (SASL/TLS), from settings."""
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap_servers,
+                **client_config,
                 "enable.idempotence": True,
                 "acks": "all",
                 "compression.type": "lz4",

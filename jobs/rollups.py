@@ -17,8 +17,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -27,6 +25,7 @@ from jobs.delta_sink import read_view, upsert
 from jobs.views import ACTIVE_5M, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, ViewSpec
 from tally.log import kv
 from tally.settings import Settings
+from tally.storage import find_table
 
 log = logging.getLogger("tally.jobs.rollups")
 
@@ -104,10 +103,10 @@ class Rollups:
     def recover(self, spark: SparkSession) -> None:
         """After a (re)start: schedule every window a crashed run may not have rolled up."""
         uri = self.settings.table_uri(TRAFFIC_1M.table)
-        try:
-            dates = {p["event_date"] for p in DeltaTable(uri).partitions()}
-        except TableNotFoundError:
+        table = find_table(self.settings, TRAFFIC_1M.table)
+        if table is None:
             return
+        dates = {p["event_date"] for p in table.partitions()}
         if not dates:
             return
         newest = max(dates)

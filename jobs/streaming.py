@@ -52,7 +52,7 @@ def kafka_events(spark: SparkSession, settings: Settings) -> DataFrame:
     k = settings.kafka
     rows = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", k.servers)
+        .options(**k.spark_options())
         .option("subscribe", k.pageviews_topic)
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "false")
@@ -123,7 +123,7 @@ def write_ratelimit(settings: Settings) -> BatchWriter:
         now_ms = int(time.time() * 1000)
         blocks = ratelimit.over_limit([tuple(r) for r in heavy.collect()], settings, now_ms=now_ms)  # type: ignore[misc]
         if blocks and not producers:  # connect only once there is something to publish
-            producers.append(Producer({"bootstrap.servers": settings.kafka.servers, "enable.idempotence": True}))
+            producers.append(Producer({**settings.kafka.client_config(), "enable.idempotence": True}))
         for block in blocks:
             key, value = block.record()
             producers[0].produce(settings.kafka.ratelimit_topic, key=key, value=value)
@@ -167,6 +167,14 @@ class ViewJob:
         self.spark.streams.removeListener(self.late)
 
 
+def default_checkpoints(settings: Settings) -> str:
+    """Where the queries keep offsets and state: beside the tables when those are on object storage
+    (executors on other machines write state there too), else under the local home."""
+    if settings.warehouse.on_object_store:
+        return f"{settings.warehouse_uri.rstrip('/')}/_checkpoints"
+    return str(settings.home_dir / "checkpoints")
+
+
 def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
     """Start the view queries (traffic, sessions, rate limit) and return them."""
     spark = spark_session(settings, "tally-views")
@@ -174,7 +182,7 @@ def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
     assert job.rollups is not None
     job.rollups.recover(spark)
     spark.streams.addListener(job.late)
-    checkpoints = checkpoint_root or str(settings.home_dir / "checkpoints")
+    checkpoints = checkpoint_root or default_checkpoints(settings)
     gap = settings.spark.session_gap
     plans: list[tuple[str, DataFrame, str, BatchWriter]] = [
         (

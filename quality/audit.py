@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import pandas as pd
 from prometheus_client import Counter
 
-from archiver.tables import ArchiveTable, raw_pageviews_schema
+from archiver.tables import raw_tables
 from quality.findings import CHECKS, Finding, mismatches
 from quality.kafka_log import scan_topic
 from quality.kafka_raw import KafkaScan, reconcile_kafka_raw
@@ -76,7 +76,7 @@ def _site(site_id: str | None) -> dict[str, object]:
 def _kafka_scan(settings: Settings, since: dt.datetime) -> KafkaScan:
     ranges, messages = scan_topic(settings, since=since)
     topic = settings.kafka.pageviews_topic
-    raw = ArchiveTable(settings.table_uri("raw.pageviews"), raw_pageviews_schema(), "event_date")
+    raw = raw_tables(settings)["raw.pageviews"]
     archived = {p: raw.next_offset(topic, p) for p in ranges}
     return KafkaScan(topic, ranges, messages, archived)
 

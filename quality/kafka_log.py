@@ -57,7 +57,7 @@ def scan_topic(settings: Settings, *, since: dt.datetime) -> tuple[dict[int, tup
     topic = settings.kafka.pageviews_topic
     consumer = Consumer(
         {
-            "bootstrap.servers": settings.kafka.servers,
+            **settings.kafka.client_config(),
             "group.id": f"tally-audit-{uuid.uuid4().hex[:8]}",  # never committed: the audit moves no offsets
             "enable.auto.commit": False,
             "enable.partition.eof": True,

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-from deltalake import write_deltalake
 
 from quality.store import open_table, retry_on_conflict
 from tally.settings import Settings
+from tally.storage import append_rows
 
 PARTITIONS = "quality.partitions"
 
@@ -70,7 +70,7 @@ def record_statuses(settings: Settings, statuses: Sequence[PartitionStatus]) -> 
     def upsert() -> None:
         table = open_table(settings, PARTITIONS)
         if table is None:
-            write_deltalake(settings.table_uri(PARTITIONS), data, mode="append")
+            append_rows(settings, PARTITIONS, data)
             return
         keys = ("table_name", "partition_date", "checker")
         (

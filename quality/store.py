@@ -17,12 +17,13 @@ from typing import Any, TypeVar
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
 
 from quality.contracts import Contract
 from quality.findings import CheckResult
 from tally.settings import Settings
+from tally.storage import append_rows, find_table
 
 RESULTS = "quality.results"
 AUDITS = "quality.audits"
@@ -74,10 +75,7 @@ class Partition:
 
 def open_table(settings: Settings, name: str) -> DeltaTable | None:
     """The Delta table, or None if nothing has written it yet."""
-    try:
-        return DeltaTable(settings.table_uri(name))
-    except TableNotFoundError:
-        return None
+    return find_table(settings, name)
 
 
 def delta_type_name(data_type: Any) -> str:
@@ -143,7 +141,7 @@ def append(settings: Settings, name: str, rows: Sequence[dict[str, Any]], schema
     if not rows:
         return
     data = pa.Table.from_pylist(list(rows), schema=schema)
-    retry_on_conflict(lambda: write_deltalake(settings.table_uri(name), data, mode="append", **options))
+    retry_on_conflict(lambda: append_rows(settings, name, data, **options))
 
 
 def append_results(settings: Settings, run_id: str, checked_at: dt.datetime, results: Sequence[CheckResult]) -> None:

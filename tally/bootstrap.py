@@ -135,15 +135,16 @@ def kafka_jars() -> Path:
     return _resolve("kafka-broker")
 
 
-def spark_jars() -> list[str]:
+def spark_jars(*, object_store: bool = False) -> list[str]:
     """Jar paths for ``spark.jars``: Delta and spark-sql-kafka, minus what pyspark ships.
 
     Skipping artifacts pyspark already has (jackson, hadoop, parquet …) keeps two versions
-    of one library off the classpath.
+    of one library off the classpath. ``object_store`` adds the s3a filesystem (hadoop-aws and
+    the AWS SDK modules it needs) for an ``s3a://`` warehouse.
     """
     shipped = _pyspark_jars()
-    folder = _resolve("spark-packages")
-    return sorted(str(j) for j in folder.glob("*.jar") if _artifact_name(j.name) not in shipped)
+    folders = [_resolve("spark-packages"), *([_resolve("spark-s3")] if object_store else [])]
+    return sorted(str(j) for folder in folders for j in folder.glob("*.jar") if _artifact_name(j.name) not in shipped)
 
 
 def setup() -> None:
@@ -151,4 +152,4 @@ def setup() -> None:
     major = check_java()
     log.info("java ok", extra=kv(version=major))
     kafka_jars()
-    spark_jars()
+    spark_jars(object_store=True)  # the s3a jars too (19 MB), so that moving the warehouse needs no network

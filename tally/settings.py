@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -27,6 +28,23 @@ class SettingsError(ValueError):
     """A configuration key holds a value Tally cannot use."""
 
 
+def _properties(key: str, entries: tuple[str, ...]) -> dict[str, str]:
+    """``("k=v", …)`` as a dict; ``${NAME}`` in a value is replaced by the environment variable NAME."""
+    found = {}
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if not sep or not name.strip():
+            raise SettingsError(f"{key}: expected 'property=value' entries, got {entry!r}")
+
+        def from_env(match: re.Match[str], entry: str = entry) -> str:
+            if match.group(1) not in os.environ:
+                raise SettingsError(f"{key}: {entry!r} needs the environment variable {match.group(1)}; set it")
+            return os.environ[match.group(1)]
+
+        found[name.strip()] = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", from_env, value.strip())
+    return found
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     bootstrap_servers: str = ""
@@ -38,6 +56,25 @@ class KafkaSettings:
     rejected_topic: str = "pageviews.rejected"
     ratelimit_topic: str = "ratelimit.blocks"
     retention_hours: int = 168
+    replication_factor: int = 1  # of every topic Tally creates
+    min_insync_replicas: int = 1  # replicas that must have a write before acks=all succeeds
+    # Extra client properties ("name=value"; ${VAR} reads an environment variable), e.g. SASL/TLS:
+    client_properties: tuple[str, ...] = ()  # librdkafka names: ingest, archiver, audit, topic admin
+    spark_properties: tuple[str, ...] = ()  # Java client names: the streaming job's Kafka source
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_insync_replicas <= self.replication_factor:
+            raise SettingsError(
+                f"kafka.min_insync_replicas: {self.min_insync_replicas} must be between 1 and "
+                f"kafka.replication_factor ({self.replication_factor})"
+            )
+        for key, entries in (
+            ("client_properties", self.client_properties),
+            ("spark_properties", self.spark_properties),
+        ):
+            bad = [e for e in entries if "=" not in e or not e.partition("=")[0].strip()]
+            if bad:
+                raise SettingsError(f"kafka.{key}: expected 'property=value' entries, got {bad[0]!r}")
 
     @property
     def bundled(self) -> bool:
@@ -48,6 +85,15 @@ class KafkaSettings:
     def servers(self) -> str:
         """The bootstrap servers every client uses."""
         return self.bootstrap_servers or f"127.0.0.1:{self.port}"
+
+    def client_config(self) -> dict[str, str]:
+        """Base configuration of every confluent-kafka client: servers plus ``client_properties``."""
+        return {"bootstrap.servers": self.servers, **_properties("kafka.client_properties", self.client_properties)}
+
+    def spark_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source: ``kafka.``-prefixed servers plus ``spark_properties``."""
+        extra = _properties("kafka.spark_properties", self.spark_properties)
+        return {"kafka.bootstrap.servers": self.servers, **{f"kafka.{k}": v for k, v in extra.items()}}
 
 
 @dataclass(frozen=True)
@@ -73,7 +119,35 @@ class ScheduledJob:
 
 @dataclass(frozen=True)
 class WarehouseSettings:
+    """Where the Delta tables live: a local folder, or ``s3a://bucket/prefix`` on S3 or an S3-compatible store."""
+
     path: str = ""
+    endpoint: str = ""  # S3 API endpoint, e.g. http://127.0.0.1:9000; empty = AWS S3
+    region: str = ""  # empty = the AWS default chain (AWS_REGION), else us-east-1
+    access_key_id: str = ""  # empty = the AWS default chain (AWS_* variables, profile, instance role)
+    secret_access_key: str = ""  # from TALLY_WAREHOUSE__SECRET_ACCESS_KEY, never from a file in git
+    path_style_access: bool = False  # https://endpoint/bucket/key instead of https://bucket.endpoint/key
+    allow_http: bool = False  # plain-HTTP endpoint (a local test server only)
+    delta_rs_commit: str = "conditional_put"  # how delta-rs commits on S3: conditional_put | unsafe_rename
+
+    def __post_init__(self) -> None:
+        scheme = self.path.partition("://")[0] if "://" in self.path else ""
+        if scheme not in ("", "s3a"):
+            raise SettingsError(
+                f"warehouse.path: {self.path!r} uses {scheme}://; Tally supports a local folder or s3a://bucket/prefix"
+                + (" (write s3a:// for S3)" if scheme == "s3" else "")
+            )
+        if self.delta_rs_commit not in ("conditional_put", "unsafe_rename"):
+            raise SettingsError(
+                f"warehouse.delta_rs_commit: expected conditional_put or unsafe_rename, got {self.delta_rs_commit!r}"
+            )
+        if self.endpoint.startswith("http://") and not self.allow_http:
+            raise SettingsError(f"warehouse.endpoint: {self.endpoint!r} is plain HTTP; set warehouse.allow_http: true")
+
+    @property
+    def on_object_store(self) -> bool:
+        """True for an ``s3a://`` warehouse."""
+        return self.path.startswith("s3a://")
 
 
 @dataclass(frozen=True)

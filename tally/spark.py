@@ -13,6 +13,33 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+def s3a_config(settings: Settings) -> dict[str, str]:
+    """Hadoop S3A settings (``spark.hadoop.fs.s3a.*``) for an ``s3a://`` warehouse; empty otherwise.
+
+    Delta's default log store for s3a (S3SingleDriverLogStore) is safe while each table has one
+    Spark writer at a time, which is how Tally runs: the streaming job or a backfill writes
+    ``agg.*``; delta-rs writes ``raw.*`` and ``quality.*``. Credentials left empty fall through to
+    S3A's default chain (AWS_* variables, profiles, instance roles). Spark redacts ``*secret*``
+    keys in its UI and logs.
+    """
+    w = settings.warehouse
+    if not w.on_object_store:
+        return {}
+    prefix = "spark.hadoop.fs.s3a."
+    conf = {
+        prefix + "path.style.access": str(w.path_style_access).lower(),
+        prefix + "endpoint.region": w.region or "us-east-1",
+    }
+    if w.endpoint:
+        conf[prefix + "endpoint"] = w.endpoint
+        conf[prefix + "connection.ssl.enabled"] = str(not w.endpoint.startswith("http://")).lower()
+    if w.access_key_id:
+        conf[prefix + "access.key"] = w.access_key_id
+        conf[prefix + "secret.key"] = w.secret_access_key
+        conf[prefix + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+    return conf
+
+
 def spark_session(settings: Settings, app_name: str) -> SparkSession:
     """Build (or return the running) SparkSession for a Tally job.
 
@@ -34,7 +61,7 @@ def spark_session(settings: Settings, app_name: str) -> SparkSession:
         .config("spark.driver.memory", s.driver_memory)
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.jars", ",".join(spark_jars()))
+        .config("spark.jars", ",".join(spark_jars(object_store=settings.warehouse.on_object_store)))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", str(s.shuffle_partitions))
@@ -46,6 +73,8 @@ def spark_session(settings: Settings, app_name: str) -> SparkSession:
         .config("spark.sql.warehouse.dir", str(settings.home_dir / "spark" / "sql-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={local_dir}")
     )
+    for key, value in s3a_config(settings).items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
