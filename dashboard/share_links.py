@@ -25,6 +25,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode
 
 from dashboard.auth import b64_url, state_dir, state_lock, unb64_url, write_private
+from dashboard.view import QUERY_KEYS, from_query, to_query
 from tally.settings import Settings, SettingsError
 
 TOKEN_VERSION = 1
@@ -83,9 +84,12 @@ def parse_view(text: str, *, site: str) -> dict[str, str]:
         raise ValueError("--view: a view cannot hold a 'share' parameter")
     if view.setdefault("site", site) != site:
         raise ValueError(f"--view names site {view['site']!r} but the link is for {site!r}")
+    unknown = sorted(set(view) - QUERY_KEYS)
+    if unknown:
+        raise ValueError(f"--view: unknown parameter(s) {unknown}; a view uses {sorted(QUERY_KEYS)}")
     if len(urlencode(view)) > MAX_VIEW_CHARS:
         raise ValueError(f"--view: longer than {MAX_VIEW_CHARS} characters once encoded")
-    return view
+    return to_query(from_query(view, default_site=site))  # ViewError (a ValueError) names a bad value
 
 
 def make_share_token(key: bytes, grant: ShareGrant) -> str:

@@ -29,6 +29,8 @@ FILTERS: dict[str, str] = {
     "device": "device",
     "browser": "browser",
 }
+# Every query parameter a view uses (anything else in a URL is ignored).
+QUERY_KEYS = frozenset({"site", "range", "from", "to", "compare", "goals", "funnel", *(f"f_{k}" for k in FILTERS)})
 MAX_FUNNEL_STEPS = 5
 MAX_RANGE_DAYS = 400
 

@@ -275,13 +275,14 @@ def test_the_generated_key_is_private_and_stable_and_a_short_configured_key_is_r
 
 
 def test_a_view_is_parsed_from_a_query_string_and_checked(settings: Settings) -> None:
-    assert parse_view("range=30d&page=/pricing", site="a.test") == {
+    assert parse_view("range=30d&f_page=/pricing", site="a.test") == {
         "range": "30d",
-        "page": "/pricing",
+        "f_page": "/pricing",
         "site": "a.test",
     }
-    assert parse_view("", site="a.test") == {"site": "a.test"}
-    for bad in ("range=30d&range=7d", "share=x", "site=b.test", "novalue", "page=" + "x" * 3000):
+    assert parse_view("", site="a.test") == {"site": "a.test", "range": "7d"}
+    bad_views = ("range=30d&range=7d", "share=x", "site=b.test", "novalue", "f_page=" + "x" * 3000)
+    for bad in (*bad_views, "page=/pricing", "range=forever", "range=custom&from=2026-01-01"):
         with pytest.raises(ValueError):
             parse_view(bad, site="a.test")
     with pytest.raises(ValueError, match="not configured"):

@@ -130,17 +130,17 @@ def test_adding_an_existing_user_needs_replace_which_ends_their_old_password(
 def test_share_links_round_trip_through_create_list_and_revoke(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["share", "create", "--site", "a.test", "--view", "range=30d&page=/pricing", "--days", "3"]
+    argv = ["share", "create", "--site", "a.test", "--view", "range=30d&f_page=/pricing", "--days", "3"]
     assert tally(monkeypatch, *argv, "--base-url", "https://stats.example.org/") == 0
     url = capsys.readouterr().out.strip().splitlines()[-1]
     assert url.startswith("https://stats.example.org/?share=")
     token = parse_qs(urlsplit(url).query)["share"][0]
     grant = ShareLinks(settings).read(token, now=time.time())
-    assert dict(grant.view) == {"range": "30d", "page": "/pricing", "site": "a.test"}
+    assert dict(grant.view) == {"range": "30d", "f_page": "/pricing", "site": "a.test"}
     assert 3 * 86400 - 5 <= grant.expires_at - time.time() <= 3 * 86400
     assert tally(monkeypatch, "share", "list") == 0
     listed = capsys.readouterr().out
-    assert grant.link_id in listed and "active" in listed and "range=30d&page=/pricing" in listed
+    assert grant.link_id in listed and "active" in listed and "range=30d&f_page=/pricing" in listed
     assert token not in listed
     assert tally(monkeypatch, "share", "revoke", grant.link_id) == 0
     with pytest.raises(AccessDenied, match="revoked"):

@@ -169,7 +169,7 @@ def test_a_valid_share_link_shows_its_site_and_view_read_only_whatever_else_the_
     settings: Settings,
 ) -> None:
     _, token = ShareLinks(settings).create(
-        site="b.test", view={"range": "30d", "page": "/pricing"}, days=7, creator=ANN, now=time.time()
+        site="b.test", view={"range": "30d", "f_page": "/pricing"}, days=7, creator=ANN, now=time.time()
     )
     app = page()
     app.query_params.update({"share": token, "site": "a.test", "range": "90d"})
@@ -177,7 +177,7 @@ def test_a_valid_share_link_shows_its_site_and_view_read_only_whatever_else_the_
     assert not app.exception and not app.text_input
     shown = texts(app)
     assert MARKER in shown and "site=b.test" in shown and "read_only=True" in shown
-    assert "view=[('page', '/pricing'), ('range', '30d'), ('site', 'b.test')]" in shown
+    assert "view=[('f_page', '/pricing'), ('range', '30d'), ('site', 'b.test')]" in shown
     assert not app.sidebar.button  # no log-out: nobody is logged in
     assert any("read-only" in t.value for t in app.sidebar.text)
 
