@@ -22,7 +22,7 @@ log = logging.getLogger("tally.ingest.blocks")
 
 
 class BlockFollower:
-    def __init__(self, *, client_config: Mapping[str, str], topic: str, blocks: BlockList) -> None:
+    def __init__(self, *, client_config: Mapping[str, str | int | float | bool], topic: str, blocks: BlockList) -> None:
         self.blocks = blocks
         self._consumer = Consumer(
             {

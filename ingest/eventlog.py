@@ -23,7 +23,9 @@ class AppendFailed(RuntimeError):
 class EventLog:
     """Async appends to Kafka topics, with a background thread serving delivery reports."""
 
-    def __init__(self, *, client_config: Mapping[str, str], delivery_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self, *, client_config: Mapping[str, str | int | float | bool], delivery_timeout_ms: int = 5000
+    ) -> None:
         """``client_config``: bootstrap servers and any extra client properties (SASL/TLS), from settings."""
         self._producer = Producer(
             {

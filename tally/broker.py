@@ -2,7 +2,11 @@
 
 ``tally up`` formats the storage directory once, runs the broker with ``java``, waits until
 it answers and creates the topics from config. With ``kafka.bootstrap_servers`` set, Tally
-uses that external cluster instead and only creates the topics.
+uses that external cluster instead and only creates the topics (with
+``kafka.replication_factor`` and ``kafka.min_insync_replicas``).
+
+The same configuration generator describes a cluster of several combined nodes on loopback
+(:class:`BrokerNode`), which the scale-out tests run to kill one broker under load.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import logging
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -40,30 +46,64 @@ Configuration:
 """
 
 
-def data_dir(settings: Settings) -> Path:
-    """Where the bundled broker keeps its log segments and KRaft metadata."""
-    return settings.home_dir / "kafka" / "data"
+@dataclass(frozen=True)
+class BrokerNode:
+    """One combined broker+controller node on loopback: its id, ports and folder under ``<home>/kafka``."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    folder: str = ""  # "" = the bundled node's <home>/kafka; else <home>/kafka/<folder>
+
+    @property
+    def servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
 
-def broker_properties(settings: Settings) -> str:
-    """server.properties for a single combined broker+controller node on loopback."""
+def bundled_node(settings: Settings) -> BrokerNode:
+    """The single node ``tally up`` runs."""
+    return BrokerNode(1, settings.kafka.port, settings.kafka.controller_port)
+
+
+def _node_dir(settings: Settings, node: BrokerNode) -> Path:
+    return settings.home_dir / "kafka" / node.folder if node.folder else settings.home_dir / "kafka"
+
+
+def data_dir(settings: Settings, node: BrokerNode | None = None) -> Path:
+    """Where a node (by default the bundled broker) keeps its log segments and KRaft metadata."""
+    return _node_dir(settings, node or bundled_node(settings)) / "data"
+
+
+def broker_properties(settings: Settings, node: BrokerNode | None = None, voters: Sequence[BrokerNode] = ()) -> str:
+    """server.properties of one combined broker+controller node on loopback (by default the bundled one).
+
+    ``voters`` are every node of the cluster (the KRaft quorum); internal topics are replicated
+    ``kafka.replication_factor`` times, at most once per node.
+    """
     k = settings.kafka
+    node = node or bundled_node(settings)
+    quorum = list(voters) or [node]
+    replicas = min(k.replication_factor, len(quorum))
+    min_isr = min(k.min_insync_replicas, replicas)
     return "\n".join(
         [
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{k.controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{k.port},CONTROLLER://127.0.0.1:{k.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{k.port}",
+            f"node.id={node.node_id}",
+            "controller.quorum.voters=" + ",".join(f"{v.node_id}@127.0.0.1:{v.controller_port}" for v in quorum),
+            f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            f"log.dirs={data_dir(settings)}",
+            f"log.dirs={data_dir(settings, node)}",
             "num.partitions=1",
-            "offsets.topic.replication.factor=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
+            f"default.replication.factor={replicas}",
+            f"min.insync.replicas={min_isr}",
+            f"offsets.topic.replication.factor={replicas}",
+            f"transaction.state.log.replication.factor={replicas}",
+            f"transaction.state.log.min.isr={min_isr}",
+            f"share.coordinator.state.topic.replication.factor={replicas}",
+            f"share.coordinator.state.topic.min.isr={min_isr}",
             "group.initial.rebalance.delay.ms=0",
             f"log.retention.hours={k.retention_hours}",
             "auto.create.topics.enable=false",
@@ -72,11 +112,13 @@ def broker_properties(settings: Settings) -> str:
     )
 
 
-def _config_path(settings: Settings) -> Path:
-    conf = settings.home_dir / "kafka" / "server.properties"
+def _config_path(settings: Settings, node: BrokerNode | None = None, voters: Sequence[BrokerNode] = ()) -> Path:
+    conf = _node_dir(settings, node or bundled_node(settings)) / "server.properties"
     conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text(broker_properties(settings))
-    (conf.parent / "log4j2.yaml").write_text(LOG4J2_CONFIG)
+    conf.write_text(broker_properties(settings, node, voters))
+    log4j = settings.home_dir / "kafka" / "log4j2.yaml"
+    log4j.parent.mkdir(parents=True, exist_ok=True)
+    log4j.write_text(LOG4J2_CONFIG)
     return conf
 
 
@@ -96,11 +138,14 @@ def _java_command(settings: Settings, main_class: str, *args: str, heap: str) ->
     ]
 
 
-def ensure_formatted(settings: Settings) -> None:
-    """Format the KRaft storage directory once; refuse a half-written one with advice."""
+def ensure_formatted(
+    settings: Settings, node: BrokerNode | None = None, voters: Sequence[BrokerNode] = (), cluster_id: str = ""
+) -> None:
+    """Format a node's KRaft storage directory once (the bundled one by default); refuse a
+    half-written one with advice. Every node of one cluster is formatted with the same ``cluster_id``."""
     kafka_jars()
-    data = data_dir(settings)
-    conf = _config_path(settings)
+    data = data_dir(settings, node)
+    conf = _config_path(settings, node, voters)
     if (data / "meta.properties").exists():
         return
     if data.exists() and any(data.iterdir()):
@@ -110,7 +155,7 @@ def ensure_formatted(settings: Settings) -> None:
             f"(rm -rf {data}) and run the command again."
         )
     data.mkdir(parents=True, exist_ok=True)
-    cluster_id = uuid.uuid4().hex[:22]
+    cluster_id = cluster_id or uuid.uuid4().hex[:22]
     cmd = _java_command(settings, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf), heap="256m")
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -118,9 +163,9 @@ def ensure_formatted(settings: Settings) -> None:
     log.info("kafka storage formatted", extra=kv(dir=str(data)))
 
 
-def broker_command(settings: Settings) -> list[str]:
-    """The command line that runs the bundled broker in the foreground."""
-    return _java_command(settings, "kafka.Kafka", str(_config_path(settings)), heap=settings.kafka.heap)
+def broker_command(settings: Settings, node: BrokerNode | None = None, voters: Sequence[BrokerNode] = ()) -> list[str]:
+    """The command line that runs a node (the bundled broker by default) in the foreground."""
+    return _java_command(settings, "kafka.Kafka", str(_config_path(settings, node, voters)), heap=settings.kafka.heap)
 
 
 def console_consumer_command(settings: Settings, topic: str, *extra: str) -> list[str]:
@@ -131,10 +176,13 @@ def console_consumer_command(settings: Settings, topic: str, *extra: str) -> lis
     )
 
 
-def broker_answers(servers: str, timeout: float = 2.0) -> bool:
-    """True when a broker at ``servers`` returns cluster metadata."""
+def broker_answers(
+    servers: str, timeout: float = 2.0, client_config: Mapping[str, str | int | float | bool] | None = None
+) -> bool:
+    """True when a broker at ``servers`` returns cluster metadata (``client_config``: SASL/TLS properties)."""
     # log_level 0: a probe of a broker that is still starting is expected to fail quietly.
-    admin = AdminClient({"bootstrap.servers": servers, "socket.timeout.ms": int(timeout * 1000), "log_level": 0})
+    probe = {**(client_config or {}), "bootstrap.servers": servers, "socket.timeout.ms": int(timeout * 1000)}
+    admin = AdminClient({**probe, "log_level": 0})
     try:
         admin.list_topics(timeout=timeout)
         return True
@@ -142,35 +190,33 @@ def broker_answers(servers: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def wait_until_ready(servers: str, timeout: float = 60.0) -> None:
+def wait_until_ready(
+    servers: str, timeout: float = 60.0, client_config: Mapping[str, str | int | float | bool] | None = None
+) -> None:
     """Block until the broker answers, or raise with a pointer to its log."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if broker_answers(servers):
+        if broker_answers(servers, client_config=client_config):
             return
         time.sleep(0.5)
     raise SetupError(f"Kafka at {servers} did not answer within {timeout:.0f}s; see its log")
 
 
 def ensure_topics(settings: Settings) -> None:
-    """Create the topics Tally needs if they are missing (idempotent)."""
+    """Create the topics Tally needs if they are missing (idempotent), replicated as configured."""
     k = settings.kafka
+    retention = {"retention.ms": str(k.retention_hours * 3600_000)}
+
+    def new_topic(name: str, partitions: int, config: dict[str, str]) -> NewTopic:
+        config = {**config, "min.insync.replicas": str(k.min_insync_replicas)}
+        return NewTopic(name, num_partitions=partitions, replication_factor=k.replication_factor, config=config)
+
     wanted = [
-        NewTopic(
-            k.pageviews_topic,
-            num_partitions=k.pageviews_partitions,
-            replication_factor=1,
-            config={"retention.ms": str(k.retention_hours * 3600_000)},
-        ),
-        NewTopic(
-            k.rejected_topic,
-            num_partitions=1,
-            replication_factor=1,
-            config={"retention.ms": str(k.retention_hours * 3600_000)},
-        ),
-        NewTopic(k.ratelimit_topic, num_partitions=1, replication_factor=1, config={"cleanup.policy": "compact"}),
+        new_topic(k.pageviews_topic, k.pageviews_partitions, retention),
+        new_topic(k.rejected_topic, 1, retention),
+        new_topic(k.ratelimit_topic, 1, {"cleanup.policy": "compact"}),
     ]
-    admin = AdminClient({"bootstrap.servers": k.servers})
+    admin = AdminClient(k.client_config())
     existing = set(admin.list_topics(timeout=10).topics)
     missing = [t for t in wanted if t.topic not in existing]
     for topic, future in admin.create_topics(missing).items() if missing else []:

@@ -86,7 +86,7 @@ class KafkaSettings:
         """The bootstrap servers every client uses."""
         return self.bootstrap_servers or f"127.0.0.1:{self.port}"
 
-    def client_config(self) -> dict[str, str]:
+    def client_config(self) -> dict[str, str | int | float | bool]:
         """Base configuration of every confluent-kafka client: servers plus ``client_properties``."""
         return {"bootstrap.servers": self.servers, **_properties("kafka.client_properties", self.client_properties)}
 
