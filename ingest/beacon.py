@@ -145,6 +145,8 @@ def parse_beacons(body: bytes, *, max_batch: int) -> ParsedBody | Rejection:
         decoded = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         return Rejection(400, "malformed_json", f"the body is not valid JSON: {e}")
+    except RecursionError:  # e.g. 60 KB of "[": deeper than Python's decoder can go
+        return Rejection(400, "malformed_json", "the body's JSON is nested too deeply; send one object or an array")
     is_batch = isinstance(decoded, list)
     items = decoded if is_batch else [decoded]
     if not items:

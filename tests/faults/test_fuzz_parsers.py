@@ -1,0 +1,130 @@
+"""Property-based fuzzing of ingest's parsers and validators, and of what the archiver decodes.
+
+No services: these call the pure functions directly, so they run many cases fast. CI runs a few
+hundred per property; ``make test-long`` runs thousands (the ``long`` ids).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from archiver.columnar import decode_batch
+from archiver.consumer import event_row
+from ingest.beacon import Rejection, parse_beacons
+from ingest.enrich import EnrichError, RequestFacts, enrich
+from tally.deadletter import FAILURE_KINDS, MAX_PAYLOAD_BYTES, DeadLetter, dead_letter
+from tally.schema import decode_event
+from tests.faults.payloads import Request, requests, valid_beacons
+
+RECEIVED = 1_795_000_000_000
+SIZES = [pytest.param(400, id="short"), pytest.param(3000, id="long", marks=pytest.mark.long)]
+
+
+def fuzz(examples: int) -> settings:
+    """Hypothesis settings for one property: ``examples`` cases, no deadline (the machine is shared)."""
+    return settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+
+def assert_refusal(rejection: Rejection) -> None:
+    assert rejection.kind in FAILURE_KINDS, rejection
+    assert 400 <= rejection.status < 500, rejection
+
+
+@pytest.mark.parametrize("examples", SIZES)
+def test_any_body_parses_to_beacons_or_a_refusal_of_a_known_kind_and_never_raises(examples: int) -> None:
+    @fuzz(examples)
+    @given(request=requests(), raw=st.binary(max_size=200))
+    def parse_any(request: Request, raw: bytes) -> None:
+        for one in (request, Request(raw, "text/plain")):
+            parsed = parse_beacons(one.body, max_batch=50)
+            if isinstance(parsed, Rejection):
+                assert_refusal(parsed)
+                continue
+            assert len(parsed.beacons) + len(parsed.invalid) == len(one.items), "every item is kept or refused"
+            for _item, rejection in parsed.invalid:
+                assert_refusal(rejection)
+                assert rejection.errors, "a refused item names the field at fault"
+
+    parse_any()
+
+
+@pytest.mark.parametrize("examples", SIZES)
+def test_deeply_nested_json_is_refused_as_malformed_not_a_crash(examples: int) -> None:
+    @fuzz(examples)
+    @given(depth=st.integers(900, 40_000), opener=st.sampled_from([b"[", b'{"a":']))
+    def nested(depth: int, opener: bytes) -> None:
+        parsed = parse_beacons(opener * depth, max_batch=50)
+        assert isinstance(parsed, Rejection) and parsed.kind == "malformed_json", parsed
+
+    nested()
+
+
+def wild_times() -> st.SearchStrategy[dict[str, Any]]:
+    """Valid beacons whose device clock fields take any value the wire format allows."""
+    bound = st.integers(0, 10**14) | st.sampled_from([0, 10**14])
+    return st.builds(lambda b, te, ts: b | {"te": te, "ts": ts}, valid_beacons(), bound, bound) | valid_beacons()
+
+
+@pytest.mark.parametrize("examples", SIZES)
+def test_every_event_ingest_accepts_is_one_the_archiver_stores_in_raw(examples: int) -> None:
+    """Accepted means archivable: the archiver's row builder and its batch decoder both take the
+    event and agree on its date; otherwise an accepted event would end up in raw.rejected."""
+
+    @fuzz(examples)
+    @given(beacon=wild_times(), agent=st.text(max_size=80), ip=st.ip_addresses(v=4).map(str))
+    def accepted_is_archivable(beacon: dict[str, Any], agent: str, ip: str) -> None:
+        parsed = parse_beacons(json.dumps(beacon).encode(), max_batch=50)
+        if isinstance(parsed, Rejection) or not parsed.beacons:
+            return
+        try:
+            event = enrich(parsed.beacons[0], RequestFacts(ip, agent, RECEIVED), salt=b"s" * 32)
+        except EnrichError:
+            return
+        value = event.to_json()
+        row = event_row(decode_event(value), 0, 7)
+        batch = decode_batch([value], [0], [7])
+        assert batch is not None, "the batch decoder refused an accepted event"
+        assert batch.column("event_date").to_pylist() == [row["event_date"]]
+        assert ip not in value.decode() or ip in json.dumps(beacon), "the client IP must never leave ingest"
+
+    accepted_is_archivable()
+
+
+@pytest.mark.parametrize("examples", SIZES)
+def test_a_dead_letter_round_trips_with_its_payload_kept_or_truncated_and_marked(examples: int) -> None:
+    @fuzz(examples)
+    @given(
+        kind=st.sampled_from(sorted(FAILURE_KINDS)),
+        payload=st.binary(max_size=MAX_PAYLOAD_BYTES + 64)
+        | st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass")),
+        message=st.text(max_size=100),
+    )
+    def round_trip(kind: str, payload: bytes, message: str) -> None:
+        letter = dead_letter(
+            component="tally-ingest", kind=kind, message=message, status=400, received_at=RECEIVED, payload=payload
+        )
+        again = DeadLetter.from_json(letter.to_json())
+        assert again == letter
+        kept = again.payload.encode() if again.payload is not None else base64.b64decode(again.payload_b64 or "")
+        assert kept == payload[:MAX_PAYLOAD_BYTES]
+        assert again.truncated == (len(payload) > MAX_PAYLOAD_BYTES) and again.payload_size == len(payload)
+
+    round_trip()
+
+
+@pytest.mark.parametrize("examples", SIZES)
+def test_decoding_any_kafka_message_either_gives_an_event_or_a_decode_error(examples: int) -> None:
+    @fuzz(examples)
+    @given(value=st.binary(max_size=300) | requests().map(lambda r: r.body))
+    def decode_any(value: bytes) -> None:
+        with contextlib.suppress(TypeError, ValueError):  # the archiver routes these to raw.rejected
+            decode_event(value)
+
+    decode_any()
