@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tally.schema import EVENT_TYPES, SCHEMA_VERSION
 
@@ -19,6 +19,12 @@ MAX_PROPS = 20
 MAX_PROP_KEY = 64
 MAX_PROP_VALUE = 256
 FORMULA_PREFIXES = ("=", "+", "-", "@")
+# event_time = te + (received - ts), so these bound it to [received - 7 days, received + 1 minute]
+# whatever the device clock says. Without them one beacon could date an event in year -1000 or
+# 5000, which the archiver's two decoders date differently and `tally audit` cannot read, and
+# the streaming watermark would jump past every other visitor's events (then dropped as late).
+MAX_SEND_DELAY_MS = 7 * 86_400_000  # how long an event may wait on the device before it is sent
+MAX_CLOCK_SLIP_MS = 60_000  # te is read before ts on the same clock; tolerate a little slip
 
 # Short wire keys -> readable names, for error messages.
 WIRE_NAMES: dict[str, str] = {
@@ -73,6 +79,14 @@ class Beacon(BaseModel):
     def _known_type(cls, value: str) -> str:
         if value not in EVENT_TYPES:
             raise ValueError(f"must be one of {', '.join(EVENT_TYPES)}")
+        return value
+
+    @field_validator("ts")
+    @classmethod
+    def _sent_after_the_event(cls, value: int, info: ValidationInfo) -> int:
+        event = info.data.get("te")
+        if event is not None and not -MAX_CLOCK_SLIP_MS <= value - event <= MAX_SEND_DELAY_MS:
+            raise ValueError("must be at most 7 days after te (ts_event) and at most 1 minute before it")
         return value
 
     @field_validator("n")
