@@ -168,7 +168,7 @@ class Archiver:
         topic = self.events_topic
         try:
             row = event_row(decode_event(value), partition, offset)
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, RecursionError) as e:  # RecursionError: JSON nested too deeply
             if offset >= self._floor(self.rejected, topic, partition):
                 letter = undecodable(f"not a v1 PageViewEvent: {e}", value)
                 rejected.add(rejected_row(letter, topic, partition, offset), topic, partition, offset)
@@ -258,7 +258,7 @@ def _now_ms() -> int:
 def _decode_dead_letter(value: bytes) -> DeadLetter:
     try:
         return DeadLetter.from_json(value)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, RecursionError) as e:
         return undecodable(f"dead letter not decodable: {e}", value)
 
 

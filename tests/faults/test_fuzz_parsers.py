@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archiver.columnar import decode_batch
-from archiver.consumer import event_row
+from archiver.consumer import Archiver, event_row
+from archiver.dedup import SeenIds
 from ingest.beacon import Rejection, parse_beacons
 from ingest.enrich import EnrichError, RequestFacts, enrich
 from tally.deadletter import FAILURE_KINDS, MAX_PAYLOAD_BYTES, DeadLetter, dead_letter
 from tally.schema import decode_event
 from tests.faults.payloads import Request, requests, valid_beacons
+from tests.faults.stack import settings_from
 
 RECEIVED = 1_795_000_000_000
 SIZES = [pytest.param(400, id="short"), pytest.param(3000, id="long", marks=pytest.mark.long)]
@@ -131,3 +135,32 @@ def test_a_dead_letter_round_trips_with_its_payload_kept_or_truncated_and_marked
         assert again.truncated == (len(payload) > MAX_PAYLOAD_BYTES) and again.payload_size == len(payload)
 
     round_trip()
+
+
+@pytest.fixture(scope="module")
+def archiver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archiver]:
+    """An archiver over an empty warehouse; its consumer is never polled (no broker needed)."""
+    env = {"TALLY_HOME": str(tmp_path_factory.mktemp("archiver")), "TALLY_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9"}
+    with settings_from(env) as settings:
+        archiver = Archiver(settings)
+    archiver.consumer.close()  # routing needs no broker
+    yield archiver
+
+
+@pytest.mark.parametrize("examples", SIZES)
+def test_the_archiver_routes_any_message_to_raw_or_rejected_and_never_crashes(
+    archiver: Archiver, examples: int
+) -> None:
+    """A poison message on ``pageviews`` must become a raw.rejected row: an exception would stop
+    the archiver on it after every restart, and block its partition."""
+
+    @fuzz(examples)
+    @given(values=st.lists(st.binary(max_size=300) | requests().map(lambda r: r.body), min_size=1, max_size=4))
+    def route_any(values: list[bytes]) -> None:
+        archiver.seen = SeenIds(2)  # each example on its own: no id counts as seen before
+        topic = archiver.events_topic
+        messages = [Message(topic=topic, partition=0, offset=i, value=v) for i, v in enumerate(values)]
+        raw, rejected = archiver.route(messages)
+        assert raw.count + rejected.count + archiver._duplicates == len(values)
+
+    route_any()
