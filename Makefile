@@ -1,5 +1,5 @@
 # Tally: the two commands are `make demo` (run everything with traffic) and `make test`.
-.PHONY: setup demo up down status test test-unit test-integration test-e2e test-long lint bench clean
+.PHONY: setup demo up down status test test-unit test-integration test-e2e test-long test-faults lint bench bench-quick bench-soak clean
 
 VENV_STAMP := .venv/.installed-stamp
 
@@ -49,12 +49,24 @@ test-long: setup
 	bash scripts/install-browser.sh
 	TALLY_ENV=test TALLY_LONG_TESTS=1 .venv/bin/python -m pytest -q -m long tests
 
+## test-faults: every fault test, the full-length ones too (kill -9, broker outage; 0 lost, 0 doubled)
+test-faults: setup
+	TALLY_ENV=test TALLY_LONG_TESTS=1 .venv/bin/python -m pytest -q -s tests/faults
+
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy .
 
-## bench: run every benchmark in bench/ and print the figures
+## bench: run every benchmark in bench/ several times and write docs/BENCHMARKS.md
 bench: setup
 	.venv/bin/python -m bench
+
+## bench-quick: the same with short runs (a smoke test of the harness; the file says so)
+bench-quick: setup
+	.venv/bin/python -m bench --quick
+
+## bench-soak: 30 minutes at half of peak ingest rate; resident memory slope per process
+bench-soak: setup
+	.venv/bin/python -m bench.soak
 
 clean: down
 	rm -rf .tally

@@ -15,4 +15,5 @@ run_pytest() {
 echo "== unit";        run_pytest -q tests/unit || status=1
 echo "== integration"; run_pytest -q tests/integration || status=1
 echo "== e2e";         run_pytest -q tests/e2e || status=1
+echo "== faults";      run_pytest -q tests/faults || status=1
 exit $status

@@ -1,0 +1,225 @@
+"""Search every byte Tally keeps at rest for client IP addresses: there must be none.
+
+Where it looks, under a stack's home (Kafka log dirs, Delta files, Spark checkpoints, logs,
+spool, salts, everything):
+
+- **raw bytes** of every file, for each IP as text (``198.51.100.23``, not part of a longer
+  number) and packed (4 bytes, network and little-endian order);
+- **decoded content**, since compression can hide a leak from a byte search: every record of
+  every Kafka topic as a consumer receives it (decompressed), every value of every Parquet file,
+  and Spark's LZ4-compressed state files, decompressed.
+
+A packed IP is four arbitrary bytes, so it also turns up by chance in compressed or random-looking
+data (about ``bytes / 2**32`` times per pattern): jars, compressed pages, HLL sketches. A match of
+a packed form inside high-entropy bytes is therefore reported as a *chance match*, not a leak:
+compressed data would hide a real packed IP anyway, which the decoded search covers, and a
+packed IP in a plain record (low entropy around it) is a leak. Text forms never match by chance.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from tests.faults.lz4block import LZ4_BLOCK_MAGIC, decompress_lz4_blocks
+
+CHUNK = 64 * 2**20
+ENTROPY_WINDOW = 256
+HIGH_ENTROPY_BITS = 6.5  # bits per byte over the window: compressed or random data, not text or plain records
+DOTTED_QUAD = re.compile(rb"(?<![0-9.])(?:[0-9]{1,3}\.){3}[0-9]{1,3}(?![0-9])")
+
+
+@dataclass(frozen=True)
+class Match:
+    """One occurrence of a client IP: where, at which byte offset, and in which form."""
+
+    where: str
+    offset: int
+    ip: str
+    form: str  # "text", "packed-be" or "packed-le"
+
+
+@dataclass
+class ScanResult:
+    """Leaks (must be empty), chance matches of packed forms in compressed data, and what was read."""
+
+    leaks: list[Match] = field(default_factory=list)
+    chance: list[Match] = field(default_factory=list)
+    files: int = 0
+    bytes_scanned: int = 0
+    kafka_records: int = 0
+    parquet_values: int = 0
+    decompressed_state_files: int = 0
+
+    def expected_chance(self, ips: int) -> float:
+        """Chance matches expected in this many bytes of random data, for two packed forms per IP."""
+        return self.bytes_scanned * 2 * ips / 2**32
+
+    def summary(self) -> str:
+        return (
+            f"{self.files} files ({self.bytes_scanned / 2**20:.1f} MiB), {self.kafka_records} Kafka records, "
+            f"{self.parquet_values} Parquet values, {self.decompressed_state_files} LZ4 state files: "
+            f"{len(self.leaks)} leaks, {len(self.chance)} chance matches of packed forms in compressed data"
+        )
+
+
+def packed_forms(ips: Iterable[str]) -> dict[bytes, tuple[str, str]]:
+    """Each IPv4 address's 4-byte forms (network order and little-endian) -> (ip, form)."""
+    out: dict[bytes, tuple[str, str]] = {}
+    for ip in ips:
+        packed = ipaddress.IPv4Address(ip).packed
+        out[packed] = (ip, "packed-be")
+        out[packed[::-1]] = (ip, "packed-le")
+    return out
+
+
+def entropy(data: bytes) -> float:
+    """Shannon entropy in bits per byte."""
+    if not data:
+        return 0.0
+    counts, n = Counter(data), len(data)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def find_in_bytes(data: bytes, ips: set[str], where: str, *, base: int = 0) -> tuple[list[Match], list[Match]]:
+    """(leaks, chance matches) of ``ips`` in ``data``; offsets are ``base`` + position."""
+    leaks = [
+        Match(where, base + m.start(), m.group().decode(), "text")
+        for m in DOTTED_QUAD.finditer(data)
+        if m.group().decode() in ips
+    ]
+    chance: list[Match] = []
+    for pattern, (ip, form) in packed_forms(ips).items():
+        at = data.find(pattern)
+        while at >= 0:
+            window = data[max(0, at - ENTROPY_WINDOW // 2) : at + ENTROPY_WINDOW // 2]
+            match = Match(where, base + at, ip, form)
+            (chance if entropy(window) >= HIGH_ENTROPY_BITS else leaks).append(match)
+            at = data.find(pattern, at + 1)
+    return leaks, chance
+
+
+def _add(result: ScanResult, leaks: list[Match], chance: list[Match]) -> None:
+    result.leaks += leaks
+    result.chance += chance
+
+
+def _files(root: Path) -> Iterator[Path]:
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            yield path
+
+
+def scan_files(root: Path, ips: set[str], result: ScanResult) -> None:
+    """Every byte of every regular file under ``root``, in overlapping chunks."""
+    for path in _files(root):
+        result.files += 1
+        with open(path, "rb") as f:
+            offset, tail = 0, b""
+            while chunk := f.read(CHUNK):
+                data = tail + chunk
+                leaks, chance = find_in_bytes(data, ips, str(path), base=offset - len(tail))
+                result.leaks += [m for m in leaks if m.offset + 16 > offset]  # not twice in the overlap
+                result.chance += [m for m in chance if m.offset + 16 > offset]
+                result.bytes_scanned += len(chunk)
+                offset += len(chunk)
+                tail = data[-16:]
+        if path.suffix == ".parquet":
+            scan_parquet(path, ips, result)
+        elif path.stat().st_size > len(LZ4_BLOCK_MAGIC) and path.read_bytes()[:8] == LZ4_BLOCK_MAGIC:
+            result.decompressed_state_files += 1
+            _add(result, *find_in_bytes(decompress_lz4_blocks(path.read_bytes()), ips, f"{path} (decompressed)"))
+
+
+def _values(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _values(k)
+            yield from _values(v)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _values(item)
+    else:
+        yield value
+
+
+def scan_parquet(path: Path, ips: set[str], result: ScanResult) -> None:
+    """Every value of a Parquet file, decoded: strings and bytes searched, integers compared."""
+    as_ints = {int(ipaddress.IPv4Address(ip)): ip for ip in ips}
+    as_ints |= {int.from_bytes(ipaddress.IPv4Address(ip).packed, "little"): ip for ip in ips}
+    table = pq.read_table(path)
+    for column in table.column_names:
+        for row, value in enumerate(table.column(column).to_pylist()):
+            for item in _values(value):
+                result.parquet_values += 1
+                where = f"{path} column {column} row {row}"
+                if isinstance(item, str):
+                    item = item.encode()
+                if isinstance(item, bytes):
+                    _add(result, *find_in_bytes(item, ips, where))  # sketches are high-entropy bytes
+                elif isinstance(item, int) and not isinstance(item, bool) and item in as_ints:
+                    result.leaks.append(Match(where, 0, as_ints[item], "integer"))
+
+
+def scan_kafka(servers: str, ips: set[str], result: ScanResult, timeout: float = 60.0) -> None:
+    """Every record (key, value, headers) of every topic, as a consumer receives it: decompressed."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": f"leak-scan-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    try:
+        topics = consumer.list_topics(timeout=10).topics
+        ends = {}
+        for topic, meta in topics.items():
+            for p in meta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if high > low:
+                    ends[(topic, p)] = (low, high)
+        consumer.assign([TopicPartition(t, p, low) for (t, p), (low, _) in ends.items()])
+        pending = set(ends)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=5000, timeout=0.5):
+                key = (msg.topic() or "", msg.partition() or 0)
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(key)
+                    continue
+                result.kafka_records += 1
+                parts: list[bytes] = [msg.key() or b"", msg.value() or b""]
+                headers = msg.headers() or []
+                pairs = headers.items() if isinstance(headers, dict) else headers
+                parts += [v.encode() if isinstance(v, str) else v or b"" for _name, v in pairs]
+                for part in parts:
+                    _add(result, *find_in_bytes(part, ips, f"kafka {key[0]}/{key[1]}@{msg.offset()}"))
+                if (msg.offset() or 0) + 1 >= ends[key][1]:
+                    pending.discard(key)
+        assert not pending, f"could not read {sorted(pending)} to the end within {timeout:.0f}s"
+    finally:
+        consumer.close()
+
+
+def scan_at_rest(home: Path, ips: set[str], kafka_servers: str | None) -> ScanResult:
+    """Search everything under ``home`` (and the topics of a running broker) for ``ips``."""
+    result = ScanResult()
+    scan_files(home, ips, result)
+    if kafka_servers:
+        scan_kafka(kafka_servers, ips, result)
+    return result
