@@ -3,19 +3,20 @@ reading what they wrote, for the scale-out tests."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
 from deltalake.exceptions import TableNotFoundError
 
 from jobs.views import ViewSpec
-from tally.settings import Settings
+from tally.settings import Settings, load_settings
 from tally.sketches import digest_quantiles, union_estimate
 from tally.storage import open_table
 from tests.integration.views_support import assert_same_rows
@@ -107,3 +108,24 @@ def eventually(condition: Callable[[], bool], timeout: float) -> bool:
             return True
         time.sleep(1)
     return condition()
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str]) -> Iterator[None]:
+    """``env`` in os.environ for the block (settings load from it), restored afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def settings_for(env: dict[str, str]) -> Settings:
+    """Settings as a process started with ``env`` (over this one's environment) loads them."""
+    with environment(env):
+        return load_settings()
