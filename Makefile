@@ -66,7 +66,7 @@ bench-quick: setup
 
 ## bench-soak: 30 minutes at half of peak ingest rate; resident memory slope per process
 bench-soak: setup
-	.venv/bin/python -m bench.soak
+	.venv/bin/python -m bench --only soak
 
 clean: down
 	rm -rf .tally

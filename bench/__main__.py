@@ -1,26 +1,87 @@
-"""Run every benchmark in bench/ and print its figures: ``make bench``."""
+"""Run the benchmarks of bench/ several times and write docs/BENCHMARKS.md: ``make bench``.
+
+``--only NAME`` runs one benchmark (repeatable) and keeps the others' kept runs; ``--quick``
+shortens every run (the file then says so). The soak runs only when named (``--only soak``,
+``make bench-soak``): it takes 30 minutes. The interface a benchmark follows is in bench/report.py.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 
-from bench import archiver, backfill, ingest, sketches, stack, views
+from bench import archiver, backfill, ingest, sketches, soak, stack, views
+from bench.markdown import DOCUMENT, write
+from bench.report import Benchmark, load_records, run_benchmark, save_records
+from tally.log import setup_logging
+
+log = logging.getLogger("tally.bench")
+
+PY = ".venv/bin/python -m"
+BENCHMARKS = [
+    Benchmark("stack", "Stack: start-up and resident memory", stack.measure, f"{PY} bench.stack"),
+    Benchmark(
+        "ingest",
+        "Ingest: open loop, side by side with a bare endpoint",
+        ingest.measure,
+        f"{PY} bench.ingest",
+        note="Open-loop load from `bench/loadgen.py` on the same 2 cores as the servers (2 uvicorn workers each);"
+        " peak = the highest step of the ramp with every request 2xx and p99 < 100 ms; latency at half of it.",
+    ),
+    Benchmark("archiver", "Archiver: throughput and beacon -> raw latency", archiver.measure, f"{PY} bench.archiver"),
+    Benchmark("views", "Streaming views: beacon -> agg.traffic_1m latency", views.measure, f"{PY} bench.views"),
+    Benchmark(
+        "sketches",
+        "Sketches: Tally's t-digest side by side with the tdigest package",
+        sketches.measure,
+        f"{PY} bench.sketches",
+        note="The package is pure Python, so it gets a smaller sample; build times are compared per value.",
+    ),
+    Benchmark(
+        "backfill",
+        "Backfill: synthetic events into every view on local[2]; exact vs HLL distinct visitors",
+        backfill.measure,
+        f"{PY} bench.backfill",
+        runs=1,
+        note="One run only: generating and backfilling 14M events takes about half an hour on this machine.",
+    ),
+    Benchmark(
+        "soak",
+        "Soak: 30 minutes at half of peak ingest rate, resident memory over time",
+        soak.measure,
+        f"{PY} bench.soak",
+        runs=1,
+        note=soak.NOTE,
+    ),
+]
+BY_NAME = {b.name: b for b in BENCHMARKS}
+ON_REQUEST = {"soak"}  # not part of a plain `make bench`
 
 
-def main() -> None:
-    argparse.ArgumentParser(prog="python -m bench", description="Run every Tally benchmark.").parse_args()
-    print("== stack: start-up time and resident memory", flush=True)
-    stack.main([])
-    print("\n== ingest: open loop, against a bare endpoint on the same server stack", flush=True)
-    ingest.main([])
-    print("\n== archiver: throughput and beacon -> raw latency", flush=True)
-    archiver.main([])
-    print("\n== streaming views: beacon -> agg.traffic_1m latency", flush=True)
-    views.main([])
-    print("\n== sketches: Tally's t-digest against the tdigest package", flush=True)
-    sketches.main([])
-    print("\n== backfill: 1M / 3M / 10M events into every view on local[2]; exact vs HLL", flush=True)
-    backfill.main([])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--only", action="append", choices=sorted(BY_NAME), metavar="NAME", help="run only this one")
+    parser.add_argument("--quick", action="store_true", help="short runs, one each: a smoke test of the harness")
+    parser.add_argument("--runs", type=int, help="runs of each benchmark (default: its own, see bench/__main__.py)")
+    args = parser.parse_args(argv)
+    setup_logging()
+    chosen = args.only or [b.name for b in BENCHMARKS if b.name not in ON_REQUEST]
+    records = load_records()
+    order = [b.name for b in BENCHMARKS]
+    failed = []
+    for name in chosen:
+        print(f"\n== {BY_NAME[name].title}", flush=True)
+        try:
+            records[name] = run_benchmark(BY_NAME[name], quick=args.quick, runs=args.runs)
+        except Exception:
+            log.exception(f"benchmark {name} failed; its earlier runs, if any, are kept")
+            failed.append(name)
+            continue
+        save_records(records)
+        write(records, order)
+    print(f"\nwrote {DOCUMENT}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from deltalake import write_deltalake
 
+from bench.report import Figure, print_figures
 from tally.log import setup_logging
 from tally.settings import load_settings
 from tally.sketches import union_estimate
@@ -42,12 +43,12 @@ def fill_raw(uri: str, events: int, days: int) -> int:
     return written
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.backfill", description=__doc__)
-    parser.add_argument("--sizes", default="1000000,3000000,10000000", help="event counts, comma-separated")
-    parser.add_argument("--days", type=int, default=10, help="days the events span")
-    parser.add_argument("--master", default="local[2]", help="Spark master for the backfill")
-    args = parser.parse_args(argv)
+def measure(
+    quick: bool = False, *, sizes: list[int] | None = None, days: int | None = None, master: str = "local[2]"
+) -> list[Figure]:
+    """One run: for each size, fill raw, backfill every view (timed), then exact vs HLL distinct visitors."""
+    sizes = sizes or ([200_000] if quick else [1_000_000, 3_000_000, 10_000_000])
+    days = days or (2 if quick else 10)
     setup_logging()
     from pyspark.sql import functions as F
 
@@ -55,21 +56,26 @@ def main(argv: list[str] | None = None) -> None:
     from tally.spark import spark_session
 
     home = Path(tempfile.mkdtemp(prefix="tally-bench-backfill-"))
-    os.environ.update(stack_env(home) | {"TALLY_ENV": "", "TALLY_SPARK__MASTER": args.master})
-    rows = []
-    for size in (int(s) for s in args.sizes.split(",")):
+    os.environ.update(stack_env(home) | {"TALLY_ENV": "", "TALLY_SPARK__MASTER": master})
+    figures: list[Figure] = []
+    for size in sizes:
         os.environ["TALLY_WAREHOUSE__PATH"] = str(home / f"warehouse-{size}")
         settings = load_settings()
         t0 = time.perf_counter()
-        written = fill_raw(settings.table_uri("raw.pageviews"), size, args.days)
+        written = fill_raw(settings.table_uri("raw.pageviews"), size, days)
         print(f"{written:,} events generated and written to raw in {time.perf_counter() - t0:.0f} s", flush=True)
         # One session for every size: a stopped SparkContext cannot be restarted cleanly in-process.
         spark = spark_session(settings, "tally-bench-backfill")
-        end = (START + dt.timedelta(days=args.days - 1)).date()
+        end = (START + dt.timedelta(days=days - 1)).date()
         t0 = time.perf_counter()
         backfill(spark, settings, start=START.date(), end=end, progress=False)
         seconds = time.perf_counter() - t0
         print(f"backfill of {written:,} events into every view: {seconds:.1f} s", flush=True)
+        label = f"{size / 1e6:g}M events"
+        goal = "≤ 180 s" if size == 10_000_000 else ""
+        note = f"{written:,} events over {days} days, {master}"
+        figures.append(Figure(f"{label}: backfill into every view", seconds, "s", goal=goal, note=note))
+        figures.append(Figure(f"{label}: backfill throughput", written / seconds, "events/s"))
 
         # Distinct visitors per day: exact from raw vs the HLL sketches of agg.traffic_1d.
         raw = spark.read.format("delta").load(settings.table_uri("raw.pageviews")).where(~F.col("is_bot"))
@@ -86,19 +92,31 @@ def main(argv: list[str] | None = None) -> None:
         exact = {d: n for d, n in exact.items() if d in estimates}  # raw also holds visits running past the range
         errors = sorted(abs(estimates[d].value - exact[d]) / exact[d] for d in exact)
         within = sum(1 for d in exact if estimates[d].lower <= exact[d] <= estimates[d].upper)
+        exact_name = f"{label}: distinct visitors per day, exact COUNT(DISTINCT) on raw"
+        figures += [
+            Figure(exact_name, exact_s, "s"),
+            Figure(f"{label}: the same from the HLL sketches of agg.traffic_1d", hll_s, "s", baseline=exact_name),
+            Figure(f"{label}: HLL error per day, median", errors[len(errors) // 2] * 100, "%"),
+            Figure(f"{label}: HLL error per day, max", errors[-1] * 100, "%", goal="≤ 3.2% (2 sigma)"),
+            Figure(f"{label}: days inside the 2-sigma bounds", within / len(exact) * 100, "%"),
+        ]
         whole = union_estimate(sketches.values())
         in_range = raw.where(F.col("event_date") <= F.lit(end))
         total_exact = in_range.select(F.countDistinct("visitor_id")).first()[0]  # type: ignore[index]
-        print(
-            f"distinct visitors per day: exact COUNT(DISTINCT) {exact_s:.2f} s, HLL from agg.traffic_1d {hll_s:.2f} s;"
-            f" median error {errors[len(errors) // 2]:.2%}, max {errors[-1]:.2%}; {within}/{len(exact)} days inside"
-            f" the 2-sigma bounds; whole range {whole.label()} vs exact {total_exact:,}",
-            flush=True,
-        )
-        rows.append((written, seconds))
-    print("\nsize (events)   backfill s   events/s   s per million")
-    for written, seconds in rows:
-        print(f"{written:>13,}   {seconds:>10.1f}   {written / seconds:>8,.0f}   {seconds / written * 1e6:>13.1f}")
+        error = abs(whole.value - total_exact) / total_exact * 100
+        figures.append(Figure(f"{label}: HLL union over all days, error", error, "%", note=f"{whole.label()}"))
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.backfill", description=__doc__)
+    parser.add_argument("--sizes", default="1000000,3000000,10000000", help="event counts, comma-separated")
+    parser.add_argument("--days", type=int, default=10, help="days the events span")
+    parser.add_argument("--master", default="local[2]", help="Spark master for the backfill")
+    parser.add_argument("--quick", action="store_true", help="one small size (a smoke test)")
+    args = parser.parse_args(argv)
+    sizes = None if args.quick else [int(s) for s in args.sizes.split(",")]
+    print_figures(measure(args.quick, sizes=sizes, days=None if args.quick else args.days, master=args.master))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.loadgen import Run, http_post, median, run_open_loop, summary, sustained
+from bench.loadgen import http_post, run_open_loop, summary, sustained
+from bench.report import Figure, print_figures
 from tally import broker
 from tally.processes import Service, Supervisor, port_in_use
 from tally.settings import load_settings
@@ -23,6 +24,8 @@ from tests.integration.conftest import free_ports, stack_env
 
 RATES = [250, 500, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 11000, 15000]
 SITE = "demo.tally.local"
+BARE_PEAK = "bare endpoint: peak sustained"
+UVICORN = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--log-level", "warning", "--no-access-log"]
 
 
 def beacon(i: int) -> dict[str, object]:
@@ -67,21 +70,12 @@ def ramp(port: int, make: Callable[[int, int], Callable[[int], bytes]], seconds:
     return peak
 
 
-def at_half(
-    port: int, make: Callable[[int, int], Callable[[int], bytes]], rate: float, repeats: int, seconds: float
-) -> list[Run]:
-    runs = [
-        run_open_loop(port, make(port, 900_000_000 + k * 10_000_000), rate=rate, seconds=seconds)
-        for k in range(repeats)
-    ]
-    return runs
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__)
-    parser.add_argument("--step-seconds", type=float, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+def measure(
+    quick: bool = False, *, step_seconds: float | None = None, half_seconds: float | None = None
+) -> list[Figure]:
+    """One run: ramp each server to its highest sustained rate, then latency at half of it, then the batch endpoint."""
+    step = step_seconds or (2.0 if quick else 4.0)
+    half_s = half_seconds or (4.0 if quick else 8.0)
     home = Path(tempfile.mkdtemp(prefix="tally-bench-ingest-"))
     env = stack_env(home) | {
         "TALLY_RATELIMIT__CLIENT_PAGEVIEWS_PER_HOUR": "1000000000",
@@ -101,48 +95,41 @@ def main(argv: list[str] | None = None) -> None:
         sup.start(
             Service(
                 "bare",
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "bench.bare_app:app",
-                    "--port",
-                    str(bare_port),
-                    "--host",
-                    "127.0.0.1",
-                    "--workers",
-                    workers,
-                    "--log-level",
-                    "warning",
-                    "--no-access-log",
-                ],
+                [*UVICORN, "bench.bare_app:app", "--port", str(bare_port), "--workers", workers],
                 port=bare_port,
                 ready=lambda: port_in_use(bare_port),
             )
         )
-        ingest_port = settings.ingest.port
-        print(f"ingest benchmark: {workers} uvicorn workers each, open-loop client on the same 2 cores")
-        results = {}
-        for label, port in (("bare", bare_port), ("ingest", ingest_port)):
-            peak = ramp(port, single, args.step_seconds, label)
-            half = at_half(port, single, max(peak / 2, 1), args.repeats, 8)
-            results[label] = (peak, half)
-        print("\nresults (latency: median over runs at half of that server's own peak):")
-        for label, (peak, half) in results.items():
-            p50 = median([r.percentile(0.5) for r in half])
-            p99 = median([r.percentile(0.99) for r in half])
-            p999 = median([r.percentile(0.999) for r in half])
-            print(
-                f"  {label:<7} peak sustained {peak:6.0f} events/s; at {peak / 2:.0f}/s: p50 {p50:.1f} ms, "
-                f"p99 {p99:.1f} ms, p999 {p999:.1f} ms"
-            )
-        ratio = results["ingest"][0] / results["bare"][0] if results["bare"][0] else float("nan")
-        print(f"  ingest / bare peak throughput: {ratio:.0%} (goal >= 60%)")
-        batch_peak = ramp(ingest_port, lambda p, s: batched(p, s, 50), args.step_seconds, "batch-50")
-        print(f"  batch endpoint (50 events/request): {batch_peak * 50:.0f} events/s sustained (goal >= 100000)")
+        print(f"ingest benchmark: {workers} uvicorn workers each, open-loop client on the same 2 cores", flush=True)
+        figures: list[Figure] = []
+        for label, port in (("bare endpoint", bare_port), ("ingest", settings.ingest.port)):
+            peak = ramp(port, single, step, label)
+            half = run_open_loop(port, single(port, 900_000_000), rate=max(peak / 2, 1), seconds=half_s)
+            print(f"  {label} at half of its peak: {summary(half)}", flush=True)
+            if label == "ingest":  # side by side with the bare endpoint on the same server stack
+                figures.append(Figure(f"{label}: peak sustained", peak, "events/s", BARE_PEAK, "≥ 0.6× bare"))
+            else:
+                figures.append(Figure(BARE_PEAK, peak, "events/s"))
+            for q, name in ((0.5, "p50"), (0.99, "p99"), (0.999, "p999")):
+                goal = "≤ 25 ms" if (label, name) == ("ingest", "p99") else ""
+                figures.append(Figure(f"{label}: {name} at half of peak", half.percentile(q), "ms", goal=goal))
+        batch_peak = ramp(settings.ingest.port, lambda p, s: batched(p, s, 50), step, "batch-50")
+        figures.append(
+            Figure("ingest: batch endpoint, 50 events a request", batch_peak * 50, "events/s", goal="≥ 100,000")
+        )
+        return figures
     finally:
         for name in ("bare", "ingest", "broker"):
             sup.stop(name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__)
+    parser.add_argument("--step-seconds", type=float, help="duration of each ramp step (default 4, quick 2)")
+    parser.add_argument("--half-seconds", type=float, help="duration of the run at half of peak (default 8, quick 4)")
+    parser.add_argument("--quick", action="store_true", help="short steps (a smoke test)")
+    args = parser.parse_args(argv)
+    print_figures(measure(args.quick, step_seconds=args.step_seconds, half_seconds=args.half_seconds))
 
 
 if __name__ == "__main__":

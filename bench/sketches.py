@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import operator
 import random
 import statistics
@@ -21,9 +22,11 @@ from typing import TypeVar
 import numpy as np
 from tdigest import TDigest
 
+from bench.report import Figure
 from tally.sketches import COMPRESSION, digest_from_values, digest_quantiles, merge_digests
 
 QUANTILES = (0.5, 0.9, 0.99)
+_RUNS = itertools.count()
 T = TypeVar("T")
 
 
@@ -125,6 +128,44 @@ def duration(seconds: float) -> str:
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.1f} ms"
     return f"{seconds * 1e6:.0f} µs"
+
+
+def measure(
+    quick: bool = False,
+    *,
+    values: int | None = None,
+    package_values: int | None = None,
+    chunks: int = 100,
+    seed: int = 7,
+) -> list[Figure]:
+    """One run on fresh lognormal page-load times: build, merge and rank error, both implementations."""
+    values = values or (200_000 if quick else 1_000_000)
+    package_values = min(package_values or (10_000 if quick else 50_000), values)
+    delta = 1 / COMPRESSION  # the package's delta is 1/compression
+    run = next(_RUNS)  # each run its own sample, reproducibly
+    rng = np.random.default_rng(seed + run)
+    random.seed(seed + run)  # the package picks centroids at random
+    page_load_ms = rng.lognormal(np.log(1200), 0.8, values)
+    ours = run_ours(page_load_ms, chunks)
+    package = run_package(page_load_ms[:package_values], chunks, delta)
+    same = run_ours(page_load_ms[:package_values], chunks)
+    ours_ns, package_ns = ours.build_s / values * 1e9, package.build_s / package_values * 1e9
+    mine, theirs = f"tally.sketches ({values:,} values)", f"tdigest {version('tdigest')} ({package_values:,} values)"
+    return [
+        Figure(f"{mine}: build, per value", ours_ns, "ns"),
+        Figure(f"{theirs}: build, per value", package_ns, "ns", baseline=f"{mine}: build, per value"),
+        Figure(f"{mine}: merge {chunks} digests", ours.merge_s * 1e3, "ms"),
+        Figure(
+            f"{theirs}: merge {chunks} digests", package.merge_s * 1e3, "ms", baseline=f"{mine}: merge {chunks} digests"
+        ),
+        Figure(f"{mine}: worst rank error of p50/p90/p99", max(ours.errors) * 100, "%", goal="≤ 0.5% (tests)"),
+        Figure(f"{mine}: the same after merging {chunks} digests", max(ours.merged_errors) * 100, "%"),
+        Figure(
+            f"tally.sketches on the package's {package_values:,} values: worst rank error", max(same.errors) * 100, "%"
+        ),
+        Figure(f"{theirs}: worst rank error of p50/p90/p99", max(package.errors) * 100, "%"),
+        Figure(f"{theirs}: the same after merging {chunks} digests", max(package.merged_errors) * 100, "%"),
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,8 @@ Runs a private stack (own home, free ports) and stops it afterwards. Prints its 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -15,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 from deltalake import DeltaTable
 
+from bench.report import Figure, print_figures
 from tests.integration.conftest import stack_env
 
 
@@ -37,20 +39,34 @@ def view_rows(home: Path) -> int:
 
 
 def rss_by_service(home: Path) -> dict[str, float]:
-    """Resident MiB per service, each including its children (uvicorn workers, Spark JVM)."""
-    import json
-
+    """Resident MiB per running service, each including its children (uvicorn workers, Spark JVM)."""
     out = {}
     for pid_file in sorted((home / "run").glob("*.json")):
-        proc = psutil.Process(json.loads(pid_file.read_text())["pid"])
-        group = [proc, *proc.children(recursive=True)]
-        out[pid_file.stem] = sum(p.memory_info().rss for p in group if p.is_running()) / 2**20
+        total = 0
+        with contextlib.suppress(psutil.Error, ValueError, OSError):  # a process may end meanwhile
+            proc = psutil.Process(json.loads(pid_file.read_text())["pid"])
+            for member in [proc, *proc.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    total += member.memory_info().rss
+        if total:
+            out[pid_file.stem] = total / 2**20
     return out
 
 
-def run(seconds: float) -> None:
+BUDGETS = {
+    "broker": "heap ≈ 1 GiB",
+    "ingest": "≤ 150 MiB a worker",
+    "archiver": "≤ 400 MiB",
+    "views": "Spark driver ≤ 2 GiB",
+    "dashboard": "≤ 400 MiB",
+}
+
+
+def measure(quick: bool = False, *, seconds: float | None = None) -> list[Figure]:
+    """One run: `tally up` on a private home, then resident memory under generated traffic."""
+    seconds = seconds or (20.0 if quick else 60.0)
     home = Path(tempfile.mkdtemp(prefix="tally-bench-"))
-    env = stack_env(home)
+    env = stack_env(home) | {"TALLY_ENV": ""}  # the default configuration, as `tally up` runs it
     ingest = f"http://127.0.0.1:{env['TALLY_INGEST__PORT']}"
     started = time.monotonic()
     up = tally(env, "up")
@@ -72,23 +88,29 @@ def run(seconds: float) -> None:
             for name, mib in rss_by_service(home).items():
                 samples.setdefault(name, []).append(mib)
             time.sleep(2)
-        dash = httpx.get(f"http://127.0.0.1:{env['TALLY_DASHBOARD__PORT']}/_stcore/health", timeout=5).status_code
     finally:
         traffic.terminate()
         tally(env, "down")
-    print(f"tally up until every service is ready: {up_s:.1f} s (setup already done)")
-    print(f"tally up until the first page views are in agg.traffic_1m: {visible_s:.1f} s")
-    print(f"resident memory under 20 beacons/s for {seconds:.0f} s (median / max MiB, with children):")
+    figures = [
+        Figure("tally up until every service is ready", up_s, "s", goal="≤ 60 s", note="setup already done"),
+        Figure("tally up until the first page views are in agg.traffic_1m", visible_s, "s"),
+    ]
     for name, values in samples.items():
-        print(f"  {name:<10} {statistics.median(values):7.0f} / {max(values):7.0f}")
+        note = "median of samples every 2 s, with children, under 20 beacons/s"
+        figures.append(
+            Figure(f"resident memory: {name}", statistics.median(values), "MiB", goal=BUDGETS.get(name, ""), note=note)
+        )
     total = sum(statistics.median(v) for v in samples.values())
-    print(f"  {'total':<10} {total:7.0f}   (dashboard health: {dash})")
+    figures.append(Figure("resident memory: whole stack", total, "MiB", goal="≤ 4,096 MiB"))
+    return figures
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.stack", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=60, help="traffic duration while sampling memory")
-    run(parser.parse_args(argv).seconds)
+    parser.add_argument("--seconds", type=float, help="traffic duration while sampling memory (default 60, quick 20)")
+    parser.add_argument("--quick", action="store_true", help="a short run (a smoke test)")
+    args = parser.parse_args(argv)
+    print_figures(measure(args.quick, seconds=args.seconds))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import httpx
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from bench.report import Figure, print_figures
 from tally import broker
 from tally.processes import Supervisor
 from tally.settings import load_settings
@@ -47,11 +48,9 @@ def send_steadily(url: str, site: str, rate: float, seconds: float, sent: dict[s
         i += 1
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.views", description=__doc__)
-    parser.add_argument("--rate", type=float, default=20, help="beacons per second")
-    parser.add_argument("--seconds", type=float, default=90, help="how long to send")
-    args = parser.parse_args(argv)
+def measure(quick: bool = False, *, rate: float = 20, seconds: float | None = None) -> list[Figure]:
+    """One run: start the views job, wait for the first beacon, then latency under steady load."""
+    seconds = seconds or (30.0 if quick else 90.0)
     env = stack_env(Path(tempfile.mkdtemp(prefix="tally-bench-views-"))) | {"TALLY_ENV": ""}
     os.environ.update(env)
     settings = load_settings()
@@ -71,14 +70,17 @@ def main(argv: list[str] | None = None) -> None:
         warm: dict[str, float] = {}
         send_steadily(url, site, 1, 1, warm, [])
         while not _visible(uri, set(warm)):
+            if time.monotonic() - t0 > 600:
+                raise RuntimeError(f"no beacon in agg.traffic_1m after 600 s; see {sup.log_dir / 'views.log'}")
             time.sleep(0.5)
-        print(f"views job up and first beacon visible after {time.monotonic() - t0:.1f} s", flush=True)
+        first_visible = time.monotonic() - t0
+        print(f"views job up and first beacon visible after {first_visible:.1f} s", flush=True)
         sent: dict[str, float] = {}
         refused: list[str] = []
-        sender = threading.Thread(target=send_steadily, args=(url, site, args.rate, args.seconds, sent, refused))
+        sender = threading.Thread(target=send_steadily, args=(url, site, rate, seconds, sent, refused))
         sender.start()
         seen: dict[str, float] = {}
-        deadline = time.monotonic() + args.seconds + 120
+        deadline = time.monotonic() + seconds + 120
         while (sender.is_alive() or len(seen) < len(sent) - len(refused)) and time.monotonic() < deadline:
             for path in _visible(uri, set(sent) - set(seen) - set(refused)):
                 seen[path] = time.monotonic()
@@ -86,15 +88,28 @@ def main(argv: list[str] | None = None) -> None:
         sender.join()
         latencies = sorted(seen[p] - sent[p] for p in seen)
         q = statistics.quantiles(latencies, n=100)
-        print(
-            f"beacon -> agg.traffic_1m at {args.rate:g}/s for {args.seconds:g} s: {len(seen)}/{len(sent)} visible"
-            f" ({len(refused)} refused by ingest);"
-            f" p50 {q[49]:.1f} s, p95 {q[94]:.1f} s, p99 {q[98]:.1f} s, max {latencies[-1]:.1f} s"
-            f" (trigger {settings.spark.trigger_seconds} s, poll 0.5 s)"
+        note = (
+            f"{rate:g} beacons/s for {seconds:g} s, {len(seen)}/{len(sent)} visible, {len(refused)} refused;"
+            f" trigger {settings.spark.trigger_seconds} s, polled every 0.5 s"
         )
+        figures = [Figure("views job start until the first beacon is in agg.traffic_1m", first_visible, "s")]
+        for pct in (50, 95, 99):
+            goal = "≤ 15 s" if pct == 95 else ""
+            figures.append(Figure(f"beacon -> agg.traffic_1m p{pct}", q[pct - 1], "s", goal=goal, note=note))
+        figures.append(Figure("beacon -> agg.traffic_1m max", latencies[-1], "s"))
+        return figures
     finally:
         for name in ("views", "ingest", "broker"):
             sup.stop(name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.views", description=__doc__)
+    parser.add_argument("--rate", type=float, default=20, help="beacons per second")
+    parser.add_argument("--seconds", type=float, help="how long to send (default 90, quick 30)")
+    parser.add_argument("--quick", action="store_true", help="a short run (a smoke test)")
+    args = parser.parse_args(argv)
+    print_figures(measure(args.quick, rate=args.rate, seconds=args.seconds))
 
 
 def _visible(uri: str, paths: set[str]) -> set[str]:

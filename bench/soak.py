@@ -1,0 +1,173 @@
+"""Soak: the whole stack (broker, ingest, archiver, views, dashboard) under half of peak ingest rate
+for 30 minutes, sampling each process's resident memory (with its children) every 10 s.
+
+Peak is measured first, on this same running stack, with bench.ingest's ramp (open loop; every
+request 2xx and p99 < 100 ms), unless ``--rate`` gives the soak rate. The verdict per process
+comes from the least-squares slope of its resident memory over the second half of the soak
+(after warm-up): *flat* if it grows by less than 5% of its size per hour (or 10 MiB/h). At the
+end, every byte at rest and every Kafka record is searched for the client IPs the load used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from bench.ingest import ramp
+from bench.loadgen import Run, http_post, run_open_loop, summary
+from bench.report import Figure, print_figures
+from bench.stack import rss_by_service, tally
+from tally.settings import PROJECT_ROOT
+from tests.faults.leaks import Match, scan_at_rest
+from tests.integration.conftest import stack_env
+
+CLIENT_IPS = tuple(f"198.51.100.{n}" for n in range(101, 117))  # 16 documentation addresses (RFC 5737)
+SAMPLE_S = 10.0
+SERIES = PROJECT_ROOT / "bench" / "soak-memory.csv"
+NOTE = (
+    "One run (30 minutes). Rate: half of the peak that bench.ingest's ramp sustained on this same"
+    " running stack just before the soak. Slope: least squares over the second half, after warm-up;"
+    " flat = under 5% of the process's size (or 10 MiB) per hour. Samples: `bench/soak-memory.csv`."
+)
+
+
+def beacons(port: int, salt: int) -> Callable[[int], bytes]:
+    """Open-loop request maker: one page view each, from a small set of known client IPs."""
+
+    def make(i: int) -> bytes:
+        now = int(time.time() * 1000)
+        site = "demo.tally.local"
+        body = {"id": str(uuid.uuid4()), "s": site, "u": f"https://{site}/soak/{i % 40}", "te": now, "ts": now}
+        headers = {
+            "Content-Type": "text/plain",
+            "User-Agent": f"Mozilla/5.0 (X11; Linux x86_64; rv:{100 + (salt + i) % 40}.0) Firefox/{100 + i % 40}.0",
+            "X-Forwarded-For": CLIENT_IPS[i % len(CLIENT_IPS)],
+        }
+        return http_post("/api/event", port, json.dumps(body).encode(), headers)
+
+    return make
+
+
+def slope_mib_per_hour(seconds: list[float], mib: list[float]) -> float:
+    """Least-squares slope of the second half of a series, in MiB per hour."""
+    half = len(seconds) // 2
+    x, y = np.array(seconds[half:]), np.array(mib[half:])
+    if len(x) < 3:
+        return float("nan")
+    return float(np.polyfit(x, y, 1)[0] * 3600)
+
+
+def _sample(home: Path, started: float, stop: threading.Event, rows: list[tuple[float, str, float]]) -> None:
+    while not stop.wait(SAMPLE_S):
+        now = time.monotonic() - started
+        rows.extend((now, name, mib) for name, mib in rss_by_service(home).items())
+
+
+def measure(quick: bool = False, *, minutes: float | None = None, rate: float | None = None) -> list[Figure]:
+    """One soak run on a private stack; the figures are slopes, sizes, latency and the leak scan."""
+    minutes = minutes or (3.0 if quick else 30.0)
+    home = Path(tempfile.mkdtemp(prefix="tally-bench-soak-"))
+    env = stack_env(home) | {
+        "TALLY_ENV": "",
+        "TALLY_RATELIMIT__CLIENT_PAGEVIEWS_PER_HOUR": "1000000000",
+        "TALLY_RATELIMIT__SITE_EVENTS_PER_SECOND": "1000000000",
+    }
+    port = int(env["TALLY_INGEST__PORT"])
+    up = tally(env, "up")
+    if up.returncode != 0:
+        raise RuntimeError(f"tally up failed:\n{up.stderr[-3000:]}")
+    rows: list[tuple[float, str, float]] = []
+    stop = threading.Event()
+    try:
+        peak = 2 * rate if rate else ramp(port, beacons, 2.0 if quick else 4.0, "soak peak")
+        soak_rate = rate or peak / 2
+        how = "given with --rate" if rate else f"half of the {peak:,.0f}/s peak measured on this stack"
+        print(f"soak: {soak_rate:,.0f} events/s ({how}) for {minutes:g} min", flush=True)
+        started = time.monotonic()
+        sampler = threading.Thread(target=_sample, args=(home, started, stop, rows), daemon=True)
+        sampler.start()
+        latencies, errors, answered, segment = [], 0, 0, 0
+        while time.monotonic() - started < minutes * 60:
+            seconds = min(60.0, minutes * 60 - (time.monotonic() - started))
+            run: Run = run_open_loop(port, beacons(port, segment * 10**7), rate=soak_rate, seconds=seconds)
+            latencies += run.latencies_ms
+            errors += run.errors
+            answered += sum(n for status, n in run.statuses.items() if status == 202)
+            segment += 1
+            print(f"  minute {segment}: {summary(run)}", flush=True)
+        stop.set()
+        sampler.join()
+        scan = scan_at_rest(home, set(CLIENT_IPS), f"127.0.0.1:{env['TALLY_KAFKA__PORT']}")
+        print(f"leak scan: {scan.summary()}", flush=True)
+    finally:
+        stop.set()
+        tally(env, "down")
+    return _figures(rows, soak_rate, how, latencies, errors, answered, scan.leaks, len(scan.chance))
+
+
+def _figures(
+    rows: list[tuple[float, str, float]],
+    rate: float,
+    how: str,
+    latencies: list[float],
+    errors: int,
+    answered: int,
+    leaks: list[Match],
+    chance: int,
+) -> list[Figure]:
+    with open(SERIES, "w", newline="") as f:
+        csv.writer(f).writerows(
+            [("seconds", "process", "resident_mib"), *((f"{t:.0f}", n, f"{m:.1f}") for t, n, m in rows)]
+        )
+    ordered = sorted(latencies)
+    figures = [
+        Figure("soak rate", rate, "events/s", note=how),
+        Figure("events accepted (202)", answered, "events", note=f"{errors} request errors"),
+        Figure(
+            "ingest p99 over the soak",
+            ordered[int(0.99 * (len(ordered) - 1))] if ordered else float("nan"),
+            "ms",
+            goal="≤ 25 ms",
+        ),
+    ]
+    for name in sorted({n for _, n, _ in rows}):
+        series = [(t, m) for t, n, m in rows if n == name]
+        seconds, mib = [t for t, _ in series], [m for _, m in series]
+        slope = slope_mib_per_hour(seconds, mib)
+        size = float(np.median(mib[len(mib) // 2 :]))
+        verdict = "flat" if abs(slope) < max(0.05 * size, 10.0) else "growing" if slope > 0 else "shrinking"
+        note = f"{verdict}; {mib[0]:,.0f} MiB at the first sample, {mib[-1]:,.0f} MiB at the last"
+        figures.append(Figure(f"{name}: resident memory, second half (median)", size, "MiB"))
+        figures.append(Figure(f"{name}: slope over the second half", slope, "MiB/h", goal="flat", note=note))
+    figures.append(
+        Figure(
+            "client IPs found at rest",
+            len(leaks),
+            "matches",
+            goal="0",
+            note=f"{chance} chance matches of packed forms in compressed data",
+        )
+    )
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
+    parser.add_argument("--minutes", type=float, help="how long to soak (default 30, quick 3)")
+    parser.add_argument("--rate", type=float, help="events/s (default: half of the peak measured first)")
+    parser.add_argument("--quick", action="store_true", help="a 3-minute soak (a smoke test)")
+    args = parser.parse_args(argv)
+    print_figures(measure(args.quick, minutes=args.minutes, rate=args.rate))
+
+
+if __name__ == "__main__":
+    main()
