@@ -38,7 +38,7 @@ class Timing:
     drain: float  # bound on waiting for Kafka, raw and the views to catch up
 
 
-SHORT = Timing(before=8, after=8, outage=10, drain=420)
+SHORT = Timing(before=5, after=5, outage=10, drain=420)
 LONG = Timing(before=60, after=60, outage=30, drain=900)
 
 
