@@ -27,8 +27,9 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -142,34 +143,48 @@ def scan_files(root: Path, ips: set[str], result: ScanResult) -> None:
             _add(result, *find_in_bytes(decompress_lz4_blocks(path.read_bytes()), ips, f"{path} (decompressed)"))
 
 
-def _values(value: Any) -> Iterator[Any]:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _values(k)
-            yield from _values(v)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _values(item)
+def _leaves(array: pa.Array) -> Iterator[pa.Array]:
+    """The value arrays under a column: lists, maps and structs opened down to their scalars."""
+    if isinstance(array, pa.ChunkedArray):
+        for chunk in array.chunks:
+            yield from _leaves(chunk)
+    elif pa.types.is_map(array.type):
+        yield from _leaves(array.keys)
+        yield from _leaves(array.items)
+    elif pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        yield from _leaves(array.flatten())
+    elif pa.types.is_struct(array.type):
+        for i in range(array.type.num_fields):
+            yield from _leaves(array.field(i))
     else:
-        yield value
+        yield array
 
 
 def scan_parquet(path: Path, ips: set[str], result: ScanResult) -> None:
-    """Every value of a Parquet file, decoded: strings and bytes searched, integers compared."""
+    """Every value of a Parquet file, decoded: text searched (vectorised), bytes searched, integers compared."""
     as_ints = {int(ipaddress.IPv4Address(ip)): ip for ip in ips}
     as_ints |= {int.from_bytes(ipaddress.IPv4Address(ip).packed, "little"): ip for ip in ips}
+    text = "|".join(re.escape(ip) for ip in sorted(ips))
+    pattern = f"(^|[^0-9.])({text})($|[^0-9])"
     table = pq.read_table(path)
     for column in table.column_names:
-        for row, value in enumerate(table.column(column).to_pylist()):
-            for item in _values(value):
-                result.parquet_values += 1
-                where = f"{path} column {column} row {row}"
-                if isinstance(item, str):
-                    item = item.encode()
-                if isinstance(item, bytes):
-                    _add(result, *find_in_bytes(item, ips, where))  # sketches are high-entropy bytes
-                elif isinstance(item, int) and not isinstance(item, bool) and item in as_ints:
-                    result.leaks.append(Match(where, 0, as_ints[item], "integer"))
+        for values in _leaves(table.column(column)):
+            result.parquet_values += len(values)
+            where = f"{path} column {column}"
+            kind = values.type
+            if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+                hits = pc.match_substring_regex(values, pattern).to_pylist()
+                found = [values[i].as_py() for i, hit in enumerate(hits) if hit]
+                result.leaks += [Match(where, 0, m.group(2), "text") for v in found if (m := re.search(pattern, v))]
+            elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+                for row, item in enumerate(values.to_pylist()):
+                    if item:
+                        _add(result, *find_in_bytes(item, ips, f"{where} row {row}"))  # sketches: high-entropy bytes
+            elif pa.types.is_integer(kind):
+                in_set = pc.is_in(values, value_set=pa.array(sorted(as_ints), type=pa.int64()))
+                for row, hit in enumerate(in_set.to_pylist()):
+                    if hit:
+                        result.leaks.append(Match(f"{where} row {row}", 0, as_ints[values[row].as_py()], "integer"))
 
 
 def scan_kafka(servers: str, ips: set[str], result: ScanResult, timeout: float = 60.0) -> None:
