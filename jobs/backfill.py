@@ -114,9 +114,36 @@ def backfill(
     site_id: str | None = None,
     progress: bool = True,
 ) -> BackfillPlan:
-    """Recompute every view for ``start..end`` and replace those dates atomically, view by view."""
+    """Recompute every view for ``start..end``, ``spark.backfill_chunk_days`` dates at a time.
+
+    Each chunk replaces its dates in each view atomically, so memory stays bounded by a chunk
+    whatever the range, and an interrupted backfill leaves every date either old or new.
+    """
     if end < start:
         raise BackfillError(f"--to {end} is before --from {start}")
+    step = dt.timedelta(days=max(1, settings.spark.backfill_chunk_days))
+    chunks = []
+    first = start
+    while first <= end:
+        chunks.append((first, min(end, first + step - dt.timedelta(days=1))))
+        first += step
+    counts: dict[dt.date, int] = {}
+    bar = tqdm(total=len(chunks) * len(BACKFILL_VIEWS), desc="backfill", unit="view", disable=not progress)
+    with bar:
+        for chunk_start, chunk_end in chunks:
+            counts |= _backfill_chunk(spark, settings, chunk_start, chunk_end, site_id, bar)
+    return BackfillPlan(start, end, site_id, counts)
+
+
+def _backfill_chunk(
+    spark: SparkSession,
+    settings: Settings,
+    start: dt.date,
+    end: dt.date,
+    site_id: str | None,
+    bar: tqdm,  # type: ignore[type-arg]
+) -> dict[dt.date, int]:
+    """Recompute every view for one chunk of dates; returns the raw events per date it read."""
     # Sessions near the range's edges need their neighbours: a gap before, a day after.
     context = raw_events(spark, settings, start - dt.timedelta(days=1), end + dt.timedelta(days=1), site_id)
     first = dt.datetime.combine(start, dt.time(), dt.UTC)
@@ -124,15 +151,14 @@ def backfill(
     context = context.where(F.col("event_ts") >= F.lit(first) - gap)
     with _cached(context) as events:
         in_range = events.where(F.col("event_date").between(F.lit(start), F.lit(end)))
-        counts = in_range.groupBy("event_date").count().collect()
-        report = BackfillPlan(start, end, site_id, {r["event_date"]: r["count"] for r in counts})
+        counts = {r["event_date"]: r["count"] for r in in_range.groupBy("event_date").count().collect()}
         views = compute_views(events, settings)
         with _cached(views[TRAFFIC_1M]), _cached(views[TRAFFIC_1H]), _cached(views[SESSIONS]):
-            bar = tqdm(BACKFILL_VIEWS, desc="backfill", unit="view", disable=not progress)
-            for spec in bar:
-                bar.set_postfix_str(spec.table)
+            for spec in BACKFILL_VIEWS:
+                bar.set_postfix_str(f"{start}..{end} {spec.table}")
                 began = time.monotonic()
                 replace_dates(views[spec], spec, settings, start=start, end=end, site_id=site_id)
                 seconds = round(time.monotonic() - began, 1)
                 log.info("view backfilled", extra=kv(view=spec.table, start=str(start), end=str(end), seconds=seconds))
-    return report
+                bar.update()
+    return counts

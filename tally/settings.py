@@ -106,6 +106,7 @@ class SparkSettings:
     session_gap: str = "30 minutes"
     rollup_seconds: float = 30.0  # how often the hour/day/5-minute views are re-rolled from the minutes
     metrics_port: int = 8794  # Prometheus /metrics of the streaming views on 127.0.0.1; 0 = off
+    backfill_chunk_days: int = 7  # a backfill recomputes this many dates per Spark job (bounds memory)
 
 
 @dataclass(frozen=True)
