@@ -96,6 +96,7 @@ def run_schemathesis(target: FuzzTarget, examples: int, report: Path) -> int:
     command += ["--report", "ndjson", "--report-ndjson-path", str(report)]
     run = subprocess.run(
         command,
+        cwd=report.parent,  # schemathesis keeps a cache in ./.schemathesis: not in the repository
         capture_output=True,
         text=True,
         timeout=3600,
