@@ -35,16 +35,27 @@ def fuzz(examples: int) -> settings:
     return settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 
+@pytest.fixture
+def cases(request: pytest.FixtureRequest) -> Iterator[list[int]]:
+    """A counter the property bumps once per generated case; the count is printed (run with -s)."""
+    count = [0]
+    yield count
+    print(f"\n{request.node.name}: {count[0]} cases")
+
+
 def assert_refusal(rejection: Rejection) -> None:
     assert rejection.kind in FAILURE_KINDS, rejection
     assert 400 <= rejection.status < 500, rejection
 
 
 @pytest.mark.parametrize("examples", SIZES)
-def test_any_body_parses_to_beacons_or_a_refusal_of_a_known_kind_and_never_raises(examples: int) -> None:
+def test_any_body_parses_to_beacons_or_a_refusal_of_a_known_kind_and_never_raises(
+    examples: int, cases: list[int]
+) -> None:
     @fuzz(examples)
     @given(request=requests(), raw=st.binary(max_size=200))
     def parse_any(request: Request, raw: bytes) -> None:
+        cases[0] += 1
         for one in (request, Request(raw, "text/plain")):
             parsed = parse_beacons(one.body, max_batch=50)
             if isinstance(parsed, Rejection):
@@ -59,10 +70,11 @@ def test_any_body_parses_to_beacons_or_a_refusal_of_a_known_kind_and_never_raise
 
 
 @pytest.mark.parametrize("examples", SIZES)
-def test_deeply_nested_json_is_refused_as_malformed_not_a_crash(examples: int) -> None:
+def test_deeply_nested_json_is_refused_as_malformed_not_a_crash(examples: int, cases: list[int]) -> None:
     @fuzz(examples)
     @given(depth=st.integers(900, 40_000), opener=st.sampled_from([b"[", b'{"a":']))
     def nested(depth: int, opener: bytes) -> None:
+        cases[0] += 1
         parsed = parse_beacons(opener * depth, max_batch=50)
         assert isinstance(parsed, Rejection) and parsed.kind == "malformed_json", parsed
 
@@ -91,13 +103,14 @@ def test_an_event_sent_more_than_a_week_after_it_happened_or_before_it_is_refuse
 
 
 @pytest.mark.parametrize("examples", SIZES)
-def test_every_event_ingest_accepts_is_one_the_archiver_stores_in_raw(examples: int) -> None:
+def test_every_event_ingest_accepts_is_one_the_archiver_stores_in_raw(examples: int, cases: list[int]) -> None:
     """Accepted means archivable: the archiver's row builder and its batch decoder both take the
     event and agree on its date; otherwise an accepted event would end up in raw.rejected."""
 
     @fuzz(examples)
     @given(beacon=wild_times(), agent=st.text(max_size=80), ip=st.ip_addresses(v=4).map(str))
     def accepted_is_archivable(beacon: dict[str, Any], agent: str, ip: str) -> None:
+        cases[0] += 1
         parsed = parse_beacons(json.dumps(beacon).encode(), max_batch=50)
         if isinstance(parsed, Rejection) or not parsed.beacons:
             return
@@ -116,7 +129,9 @@ def test_every_event_ingest_accepts_is_one_the_archiver_stores_in_raw(examples: 
 
 
 @pytest.mark.parametrize("examples", SIZES)
-def test_a_dead_letter_round_trips_with_its_payload_kept_or_truncated_and_marked(examples: int) -> None:
+def test_a_dead_letter_round_trips_with_its_payload_kept_or_truncated_and_marked(
+    examples: int, cases: list[int]
+) -> None:
     @fuzz(examples)
     @given(
         kind=st.sampled_from(sorted(FAILURE_KINDS)),
@@ -125,6 +140,7 @@ def test_a_dead_letter_round_trips_with_its_payload_kept_or_truncated_and_marked
         message=st.text(max_size=100),
     )
     def round_trip(kind: str, payload: bytes, message: str) -> None:
+        cases[0] += 1
         letter = dead_letter(
             component="tally-ingest", kind=kind, message=message, status=400, received_at=RECEIVED, payload=payload
         )
@@ -149,7 +165,7 @@ def archiver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archiver]:
 
 @pytest.mark.parametrize("examples", SIZES)
 def test_the_archiver_routes_any_message_to_raw_or_rejected_and_never_crashes(
-    archiver: Archiver, examples: int
+    archiver: Archiver, examples: int, cases: list[int]
 ) -> None:
     """A poison message on ``pageviews`` must become a raw.rejected row: an exception would stop
     the archiver on it after every restart, and block its partition."""
@@ -157,6 +173,7 @@ def test_the_archiver_routes_any_message_to_raw_or_rejected_and_never_crashes(
     @fuzz(examples)
     @given(values=st.lists(st.binary(max_size=300) | requests().map(lambda r: r.body), min_size=1, max_size=4))
     def route_any(values: list[bytes]) -> None:
+        cases[0] += 1
         archiver.seen = SeenIds(2)  # each example on its own: no id counts as seen before
         topic = archiver.events_topic
         messages = [Message(topic=topic, partition=0, offset=i, value=v) for i, v in enumerate(values)]
