@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from bench import archiver, backfill, ingest, sketches, soak, stack, views
+from bench import archiver, backfill, dashboard, ingest, sketches, soak, stack, views
 from bench.markdown import DOCUMENT, write
 from bench.report import Benchmark, load_records, run_benchmark, save_records
 from tally.log import setup_logging
@@ -45,6 +45,14 @@ BENCHMARKS = [
         f"{PY} bench.backfill",
         runs=1,
         note="One run only: generating and backfilling 14M events takes about half an hour on this machine.",
+    ),
+    Benchmark(
+        "dashboard",
+        "Dashboard: panel queries over 90 days × 10M events, side by side with raw scans",
+        dashboard.measure,
+        f"{PY} bench.dashboard",
+        note="Each run times every panel 20 times (p50, p95) and each raw DuckDB scan 5 times over the same"
+        " data set, built once with Spark (local[2]) and kept under `.tally/bench/`; the first run builds it.",
     ),
     Benchmark(
         "soak",
