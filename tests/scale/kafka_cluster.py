@@ -71,5 +71,10 @@ def kafka_cluster(settings: Settings, nodes: tuple[broker.BrokerNode, ...]) -> I
         broker.ensure_topics(settings)
         yield cluster
     finally:
+        # Throwaway brokers: SIGKILL all at once; a graceful stop waits for a quorum that is leaving too.
+        for node in nodes:
+            running = supervisor.find(f"broker-{node.node_id}")
+            if running is not None:
+                os.kill(running.pid, signal.SIGKILL)
         for node in nodes:
             supervisor.stop(f"broker-{node.node_id}")
