@@ -53,14 +53,17 @@ def spark_session(settings: Settings, app_name: str) -> SparkSession:
     # Workers must run the same Python as the driver (the project's venv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     s = settings.spark
+    # Loopback unless told otherwise: executors on other machines need the driver at an address
+    # they can reach, given by Spark's own SPARK_LOCAL_IP (see docs/DEPLOYMENT.md).
+    driver_host = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
     local_dir = settings.home_dir / "spark" / "tmp"
     local_dir.mkdir(parents=True, exist_ok=True)
     builder = (
         SparkSession.builder.appName(app_name)
         .master(s.master)
         .config("spark.driver.memory", s.driver_memory)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", driver_host)
+        .config("spark.driver.bindAddress", driver_host)
         .config("spark.jars", ",".join(spark_jars(object_store=settings.warehouse.on_object_store)))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
