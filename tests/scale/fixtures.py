@@ -36,7 +36,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
 @pytest.fixture(scope="module")
 def events() -> pa.Table:
     rows = synthetic_events(visits=120, start=START, span=dt.timedelta(hours=2), site_id=SITE, seed=23)
-    closer = {**rows.slice(0, 1).to_pylist()[0], "event_id": "00000000-0000-4000-8000-00000000c105", "site_id": "closer.test"}
+    closer = {
+        **rows.slice(0, 1).to_pylist()[0],
+        "event_id": "00000000-0000-4000-8000-00000000c105",
+        "site_id": "closer.test",
+    }
     later = START + dt.timedelta(hours=6)
     closer |= {k: int(later.timestamp() * 1000) for k in ("ts_event", "ts_sent", "ts_received", "event_time")}
     closer |= {"event_date": later.date(), "visitor_id": "closer", "client_hash": "closer", "is_bot": False}
