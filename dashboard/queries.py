@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
@@ -26,6 +27,9 @@ from tally.storage import open_table
 
 QUANTILES = (0.5, 0.9, 0.99)
 REFRESH_SECONDS = 5.0  # how stale a table snapshot may get before the next read reloads it
+# Daily tables are small (one row per site, day, dimension and value): each table version is read
+# once into memory, so a panel filters an Arrow table instead of opening every Parquet file again.
+IN_MEMORY = frozenset({"agg.traffic_1d", "agg.visits_1d"})
 
 
 @dataclass(frozen=True)
@@ -73,24 +77,40 @@ class Aggregates:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._tables: dict[str, tuple[DeltaTable, float]] = {}
+        self._tables: dict[str, tuple[DeltaTable, ds.Dataset, float]] = {}
+        self._memory: dict[str, tuple[int, pa.Table]] = {}
         self._lock = threading.Lock()
 
     def dataset(self, name: str) -> ds.Dataset | None:
+        """The table's current snapshot as an Arrow dataset (rebuilt only when a new version shows up)."""
         with self._lock:
             cached = self._tables.get(name)
+            if cached is not None and time.monotonic() - cached[2] <= REFRESH_SECONDS:
+                return cached[1]
             try:
                 if cached is None:
                     table = open_table(self.settings, name)
-                elif time.monotonic() - cached[1] > REFRESH_SECONDS:
-                    table = cached[0]
-                    table.update_incremental()
                 else:
-                    return cached[0].to_pyarrow_dataset()
+                    table = cached[0]
+                    before = table.version()
+                    table.update_incremental()
+                    if table.version() == before:  # unchanged: keep the dataset (its file list is costly)
+                        self._tables[name] = (table, cached[1], time.monotonic())
+                        return cached[1]
             except TableNotFoundError:
                 return None
-            self._tables[name] = (table, time.monotonic())
-            return table.to_pyarrow_dataset()
+            dataset = table.to_pyarrow_dataset()
+            self._tables[name] = (table, dataset, time.monotonic())
+            return dataset
+
+    def _in_memory(self, name: str, dataset: ds.Dataset) -> pa.Table:
+        with self._lock:
+            version = self._tables[name][0].version()
+            held = self._memory.get(name)
+            if held is None or held[0] != version:
+                held = (version, dataset.to_table())
+                self._memory[name] = held
+            return held[1]
 
     def rows(
         self, name: str, site_id: str, days: Range, columns: list[str], where: pc.Expression | None = None
@@ -106,6 +126,8 @@ class Aggregates:
         )
         if where is not None:
             condition = condition & where
+        if name in IN_MEMORY:
+            return self._in_memory(name, dataset).filter(condition).select(columns).to_pandas()
         return dataset.to_table(columns=columns, filter=condition).to_pandas()
 
     def traffic(self, site_id: str, days: Range, dimension: str, grain: str = "1d") -> pd.DataFrame:
