@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jobs.delta_sink import table_exists
 from jobs.views import ALL_VIEWS
 from tally.settings import Settings
 
@@ -20,8 +21,9 @@ def register_tables(spark: SparkSession, settings: Settings) -> list[str]:
     registered = []
     for name in TABLES:
         uri = settings.table_uri(name)
-        if "://" not in uri and not (Path(uri) / "_delta_log").exists():
-            continue  # not written yet
+        written = table_exists(spark, uri) if "://" in uri else (Path(uri) / "_delta_log").exists()
+        if not written:
+            continue  # not written yet (a location without a Delta log cannot be registered)
         schema = name.split(".")[0]
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
         spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION '{uri}'")

@@ -135,3 +135,12 @@ def test_the_streaming_job_writes_the_views_to_s3_as_a_backfill_computes_them(
     finally:
         job.stop()
     assert s3.keys("streamed/_checkpoints/traffic/"), "the stream's checkpoints are not beside the tables on S3"
+
+
+@pytest.mark.long
+def test_tally_sql_registers_the_tables_on_s3_and_counts_raw_events(
+    archived: tuple[Settings, dict[str, str]], events: pa.Table
+) -> None:
+    _, env = archived
+    done = tally(env, "sql", "SELECT count(*) AS n FROM raw.pageviews")
+    assert str(events.num_rows) in done.stdout, done.stdout
