@@ -24,13 +24,6 @@ from tally.storage import delta_uri, storage_options
 BAD = ("socket.timeout.ms=not-a-number",)  # librdkafka refuses it when the client is built
 
 
-def _with_kafka(tmp_path: Path, **kafka: object) -> Settings:
-    return Settings(
-        home=str(tmp_path),
-        kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1", **kafka),  # type: ignore[arg-type]
-    )
-
-
 CLIENTS: dict[str, Callable[[Settings], object]] = {
     "ingest's producer": lambda s: EventLog(client_config=s.kafka.client_config()),
     "ingest's block follower": lambda s: BlockFollower(
