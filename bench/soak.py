@@ -82,12 +82,12 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
         "TALLY_RATELIMIT__SITE_EVENTS_PER_SECOND": "1000000000",
     }
     port = int(env["TALLY_INGEST__PORT"])
-    up = tally(env, "up")
-    if up.returncode != 0:
-        raise RuntimeError(f"tally up failed:\n{up.stderr[-3000:]}")
     rows: list[tuple[float, str, float]] = []
     stop = threading.Event()
-    try:
+    try:  # `tally down` also when `tally up` failed or was interrupted half-way
+        up = tally(env, "up")
+        if up.returncode != 0:
+            raise RuntimeError(f"tally up failed:\n{up.stderr[-3000:]}")
         peak = 2 * rate if rate else ramp(port, beacons, 2.0 if quick else 4.0, "soak peak")
         soak_rate = rate or peak / 2
         how = "given with --rate" if rate else f"half of the {peak:,.0f}/s peak measured on this stack"

@@ -69,17 +69,18 @@ def measure(quick: bool = False, *, seconds: float | None = None) -> list[Figure
     env = stack_env(home) | {"TALLY_ENV": ""}  # the default configuration, as `tally up` runs it
     ingest = f"http://127.0.0.1:{env['TALLY_INGEST__PORT']}"
     started = time.monotonic()
-    up = tally(env, "up")
-    up_s = time.monotonic() - started
-    if up.returncode != 0:
-        raise SystemExit(up.stderr)
-    traffic = subprocess.Popen(
-        [sys.executable, "-m", "tally", "traffic", "--rate", "20", "--duration", str(seconds), "--target", ingest],
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    traffic: subprocess.Popen[bytes] | None = None
+    try:  # `tally down` also when `tally up` failed or was interrupted half-way
+        up = tally(env, "up")
+        up_s = time.monotonic() - started
+        if up.returncode != 0:
+            raise RuntimeError(f"tally up failed:\n{up.stderr[-3000:]}")
+        traffic = subprocess.Popen(
+            [sys.executable, "-m", "tally", "traffic", "--rate", "20", "--duration", str(seconds), "--target", ingest],
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         while view_rows(home) == 0 and time.monotonic() - started < 300:
             time.sleep(0.5)
         visible_s = time.monotonic() - started
@@ -89,7 +90,8 @@ def measure(quick: bool = False, *, seconds: float | None = None) -> list[Figure
                 samples.setdefault(name, []).append(mib)
             time.sleep(2)
     finally:
-        traffic.terminate()
+        if traffic is not None:
+            traffic.terminate()
         tally(env, "down")
     figures = [
         Figure("tally up until every service is ready", up_s, "s", goal="≤ 60 s", note="setup already done"),
