@@ -12,6 +12,7 @@ own event_id deduplication and is reported by the audit.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 
 import numpy as np
 import pyarrow.compute as pc
@@ -21,8 +22,15 @@ MERGE_EVERY = 50_000
 
 
 def id_key(event_id: str) -> int:
-    """The first 64 bits of a UUID string, as a signed int64 (what the arrays hold)."""
-    value = int(event_id.replace("-", "")[:16], 16)
+    """The first 64 bits of a UUID string, as a signed int64 (what the arrays hold).
+
+    An id that is not hex (a producer other than ingest) is hashed instead of crashing the
+    archiver on every restart.
+    """
+    try:
+        value = int(event_id.replace("-", "")[:16], 16)
+    except ValueError:
+        value = int.from_bytes(hashlib.blake2b(event_id.encode(), digest_size=8).digest(), "big")
     return value - (1 << 64) if value >= (1 << 63) else value
 
 

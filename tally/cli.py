@@ -58,7 +58,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         port = str(row.port) if row.port else "-"
         print(f"{row.name:<10} {state:<8} {pid:>7}  {port:>5}  {row.log}")
     print(f"\nkafka: {settings.kafka.servers}  warehouse: {settings.warehouse_uri}")
-    if broker_answers(settings.kafka.servers):
+    if broker_answers(settings.kafka.servers, client_config=settings.kafka.client_config()):
         lag = archive_lag(settings)
         for topic in (settings.kafka.pageviews_topic, settings.kafka.rejected_topic):
             parts = {p: n for (t, p), n in lag.items() if t == topic}

@@ -53,7 +53,7 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
             "broker",
             broker.broker_command(settings),
             port=settings.kafka.port,
-            ready=lambda: broker.broker_answers(settings.kafka.servers),
+            ready=lambda: broker.broker_answers(settings.kafka.servers, client_config=settings.kafka.client_config()),
             ready_timeout=90,
         )
     found["ingest"] = Service(
@@ -118,7 +118,7 @@ class Stack:
             verb = "already running" if already else "started"
             log.info(f"{name} {verb}", extra=kv(pid=running.pid, port=running.port, log=str(running.log)))
             if name == "broker" or (name == "ingest" and not self.settings.kafka.bundled):
-                broker.wait_until_ready(self.settings.kafka.servers)
+                broker.wait_until_ready(self.settings.kafka.servers, client_config=self.settings.kafka.client_config())
                 broker.ensure_topics(self.settings)
 
     def down(self) -> list[str]:
