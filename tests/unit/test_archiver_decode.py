@@ -51,3 +51,11 @@ def test_a_batch_with_one_bad_event_falls_back_and_the_bad_event_is_refused(chan
 @pytest.mark.parametrize("value", [b"not json", b"", b"[1]", b'{"a": 1}\n{"b": 2}'])
 def test_undecodable_messages_make_the_batch_fall_back(value: bytes) -> None:
     assert decode_batch([page_view("a.com").to_json(), value], [0, 0], [0, 1]) is None
+
+
+def test_a_non_hex_event_id_gets_a_stable_dedup_key_instead_of_crashing_the_archiver() -> None:
+    from archiver.dedup import id_key
+
+    assert id_key("not-a-uuid") == id_key("not-a-uuid")
+    assert id_key("not-a-uuid") != id_key("not-a-uuid-2")
+    assert id_key("00000000-0000-0001-8000-000000000000") == 1
