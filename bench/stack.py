@@ -76,7 +76,7 @@ def measure(quick: bool = False, *, seconds: float | None = None) -> list[Figure
         if up.returncode != 0:
             raise RuntimeError(f"tally up failed:\n{up.stderr[-3000:]}")
         traffic = subprocess.Popen(
-            [sys.executable, "-m", "tally", "traffic", "--rate", "20", "--duration", str(seconds), "--target", ingest],
+            [sys.executable, "-m", "tally", "traffic", "--rate", "20", "--duration", "3600", "--target", ingest],
             env={**os.environ, **env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -85,7 +85,8 @@ def measure(quick: bool = False, *, seconds: float | None = None) -> list[Figure
             time.sleep(0.5)
         visible_s = time.monotonic() - started
         samples: dict[str, list[float]] = {}
-        while traffic.poll() is None:
+        sampled_from = time.monotonic()  # steady state: every service up, views writing
+        while time.monotonic() - sampled_from < seconds and traffic.poll() is None:
             for name, mib in rss_by_service(home).items():
                 samples.setdefault(name, []).append(mib)
             time.sleep(2)
@@ -93,12 +94,14 @@ def measure(quick: bool = False, *, seconds: float | None = None) -> list[Figure
         if traffic is not None:
             traffic.terminate()
         tally(env, "down")
+    if not samples:
+        raise RuntimeError(f"no memory sample was taken; see the logs under {home / 'logs'}")
     figures = [
         Figure("tally up until every service is ready", up_s, "s", goal="≤ 60 s", note="setup already done"),
         Figure("tally up until the first page views are in agg.traffic_1m", visible_s, "s"),
     ]
     for name, values in samples.items():
-        note = "median of samples every 2 s, with children, under 20 beacons/s"
+        note = f"median of samples every 2 s for {seconds:g} s once views are written, with children, 20 beacons/s"
         figures.append(
             Figure(f"resident memory: {name}", statistics.median(values), "MiB", goal=BUDGETS.get(name, ""), note=note)
         )
