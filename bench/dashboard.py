@@ -2,10 +2,12 @@
 side by side with answering the same questions by scanning the raw events (DuckDB over
 raw.pageviews: the seed's "option (a)"), in the same run.
 
-The data set (synthetic events over the 90 days ending today, backfilled into every view with
-Spark on local[2]) is kept under ``<home>/bench/dashboard-<events>-<days>`` and reused by later
-runs; ``--rebuild`` makes it again. Panels are timed as the page runs them: one reader per
-process, table snapshots warm (the first read of each table is reported separately).
+The data set (synthetic events over the 90 days ending on the day it is built, backfilled into
+every view with Spark on local[2]) is kept under ``<home>/bench/dashboard-<events>-<days>`` and
+reused by later runs, which query the range it covers (so a data set built on an earlier day is
+still queried over its own 90 days); ``--rebuild`` makes it again. Panels are timed as the page
+runs them: one reader per process, table snapshots warm (the first read of each table is
+reported separately).
 """
 
 from __future__ import annotations
@@ -70,12 +72,12 @@ def timed(action: Callable[[], Any], runs: int) -> tuple[float, float, float]:
     return times[0], statistics.median(ordered), ordered[max(0, round(0.95 * len(ordered)) - 1)]
 
 
-def panels(settings: Settings, days: int) -> dict[str, Callable[[], Any]]:
+def panels(settings: Settings, days: int, last: dt.date) -> dict[str, Callable[[], Any]]:
     from dashboard.queries import AggregateReport, Aggregates, Range, dimension_values, realtime_visitors
     from dashboard.view import Step
 
-    today = dt.datetime.now(dt.UTC).date()
-    span = Range(today - dt.timedelta(days=days - 1), today)
+    span = Range(last - dt.timedelta(days=days - 1), last)
+    noon = dt.datetime.combine(last, dt.time(12), dt.UTC)  # synthetic traffic covers the whole last day
     agg = Aggregates(settings)
     report = AggregateReport(agg, SITE, span)
     return {
@@ -88,17 +90,16 @@ def panels(settings: Settings, days: int) -> dict[str, Callable[[], Any]]:
         "browsers": lambda: report.top("browser"),
         "custom events": lambda: report.top("event", limit=20),
         "goal (page)": lambda: report.goal(Step("page", "/pricing")),
-        "realtime (5 min)": lambda: realtime_visitors(agg, SITE, dt.datetime.now(dt.UTC)),
+        "realtime (5 min)": lambda: realtime_visitors(agg, SITE, noon),
         "filter pickers": lambda: dimension_values(agg, SITE, span, "country"),
     }
 
 
-def raw_scans(settings: Settings, days: int) -> dict[str, Callable[[], Any]]:
+def raw_scans(settings: Settings, days: int, last: dt.date) -> dict[str, Callable[[], Any]]:
     """The same questions answered from raw events with DuckDB (exact, no aggregates)."""
-    today = dt.datetime.now(dt.UTC).date()
     where = (
-        f"site_id = '{SITE}' AND event_date BETWEEN DATE '{today - dt.timedelta(days=days - 1)}' "
-        f"AND DATE '{today}' AND NOT is_bot"
+        f"site_id = '{SITE}' AND event_date BETWEEN DATE '{last - dt.timedelta(days=days - 1)}' "
+        f"AND DATE '{last}' AND NOT is_bot"
     )
 
     def query(sql: str) -> Callable[[], Any]:
@@ -125,18 +126,19 @@ def raw_scans(settings: Settings, days: int) -> dict[str, Callable[[], Any]]:
     }
 
 
-def page_render(settings: Settings) -> Callable[[], Any]:
+def page_render(settings: Settings, days: int, last: dt.date) -> Callable[[], Any]:
     """One full run of the report page (everything after login) in Streamlit's AppTest."""
     from streamlit.testing.v1 import AppTest
 
-    def script() -> None:
-
+    def script(site: str, start: str, end: str) -> None:
         from dashboard.page import show
         from tally.settings import load_settings
 
-        show(load_settings(), ["demo.tally.local"], {"site": "demo.tally.local", "range": "90d"}, read_only=False)
+        view = {"site": site, "range": "custom", "from": start, "to": end}
+        show(load_settings(), [site], view, read_only=False)
 
-    app = AppTest.from_function(script, default_timeout=600)
+    first = (last - dt.timedelta(days=days - 1)).isoformat()
+    app = AppTest.from_function(script, args=(SITE, first, last.isoformat()), default_timeout=600)
 
     def run() -> None:
         app.run()
@@ -145,23 +147,23 @@ def page_render(settings: Settings) -> Callable[[], Any]:
     return run
 
 
-def dataset(events: int, days: int, *, master: str = "local[2]", rebuild: bool = False) -> Settings:
-    """Settings pointing at the benchmark's data set, building it first when needed."""
+def dataset(events: int, days: int, *, master: str = "local[2]", rebuild: bool = False) -> tuple[Settings, dt.date]:
+    """Settings pointing at the benchmark's data set (built first when needed), and its last day."""
     base = load_settings()
     home = base.home_dir / "bench" / f"dashboard-{events}-{days}"
     os.environ["TALLY_HOME"] = str(home)
     os.environ["TALLY_WAREHOUSE__PATH"] = str(home / "warehouse")
     settings = load_settings()
     done = home / "built"
-    if rebuild or not done.exists() or done.read_text()[:10] != dt.datetime.now(dt.UTC).date().isoformat():
+    if rebuild or not done.exists():
         import shutil
 
-        shutil.rmtree(home, ignore_errors=True)  # the presets end today: a data set of another day is rebuilt
+        shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
         build(settings, events, days, master)
         done.write_text(dt.datetime.now(dt.UTC).isoformat())
     print(f"data set: {home} (built {done.read_text()})", flush=True)
-    return settings
+    return settings, dt.date.fromisoformat(done.read_text()[:10])  # built over the days ending that day
 
 
 def measure(
@@ -176,9 +178,9 @@ def measure(
     """Panel queries, a full page render and the raw scans, over the (cached) data set."""
     events = events or (300_000 if quick else 10_000_000)
     runs, raw_runs = runs or (5 if quick else 20), raw_runs or (2 if quick else 5)
-    settings = dataset(events, days, rebuild=rebuild)
-    figures, scans = [], raw_scans(settings, days)
-    for name, action in panels(settings, days).items():
+    settings, last = dataset(events, days, rebuild=rebuild)
+    figures, scans = [], raw_scans(settings, days, last)
+    for name, action in panels(settings, days, last).items():
         first, p50, p95 = timed(action, runs)
         figures += [
             Figure(f"{name}: first read", first, "ms", note="table snapshots loaded"),
@@ -188,7 +190,7 @@ def measure(
         if name in scans:
             raw = timed(scans[name], raw_runs)
             figures.append(Figure(f"{name}: raw scan p50", raw[1], "ms", baseline=f"{name}: p50"))
-    render = timed(page_render(settings), max(3, runs // 4))
+    render = timed(page_render(settings, days, last), max(3, runs // 4))
     figures += [Figure("full page render (AppTest): p50", render[1], "ms")]
     figures += [Figure("full page render (AppTest): p95", render[2], "ms")]
     return figures
@@ -197,7 +199,7 @@ def measure(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.dashboard", description=__doc__)
     parser.add_argument("--events", type=int, default=10_000_000, help="synthetic events in the data set")
-    parser.add_argument("--days", type=int, default=90, help="days the events span (ending today)")
+    parser.add_argument("--days", type=int, default=90, help="days the events span (ending the day it is built)")
     parser.add_argument("--runs", type=int, default=20, help="timed runs of each panel query")
     parser.add_argument("--raw-runs", type=int, default=5, help="timed runs of each raw scan")
     parser.add_argument("--rebuild", action="store_true", help="build the data set again")
