@@ -18,13 +18,15 @@ import time
 from types import FrameType
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 from prometheus_client import Counter, Gauge, start_http_server
 
 from archiver.columnar import decode_batch
-from archiver.dedup import SeenIds
-from archiver.tables import ArchiveTable, TableBatch, raw_tables
+from archiver.consumed import Consumed
+from archiver.dedup import SeenIds, day_numbers, id_keys
+from archiver.tables import RAW_PAGEVIEWS, ArchiveTable, TableBatch, raw_tables
 from tally.deadletter import DeadLetter, dead_letter
 from tally.log import kv
 from tally.schema import decode_event
@@ -122,63 +124,89 @@ class Archiver:
     def _floor(self, table: ArchiveTable, topic: str, partition: int) -> int:
         return table.next_offset(topic, partition) or 0
 
-    def _admit(self, raw: TableBatch, event_id: str, date: dt.date, partition: int, offset: int) -> bool:
-        """Whether an event goes into this batch: not archived before (a replay after a crash),
-        and not a second copy of an event_id (a retry that reached Kafka twice)."""
+    def _admit(self, raw: TableBatch, events: pa.Table) -> np.ndarray:
+        """Which decoded events go into this batch (a boolean mask): not archived before (a
+        replay after a crash), and not a second copy of an event_id (a retry that reached
+        Kafka twice). Every event not archived before counts as handled by raw.pageviews."""
         topic = self.events_topic
-        if offset < self._floor(self.raw, topic, partition):
-            return False
-        raw.advance(topic, partition, offset)
-        if self.seen.seen(event_id, date):
-            self._duplicates += 1
-            return False
-        self.seen.add(event_id, date)
-        return True
+        partitions = events.column("kafka_partition").to_numpy()
+        offsets = events.column("kafka_offset").to_numpy()
+        fresh = np.ones(len(offsets), dtype=bool)
+        for partition in np.unique(partitions):
+            mine = partitions == partition
+            fresh[mine & (offsets < self._floor(self.raw, topic, int(partition)))] = False
+            handled = offsets[mine & fresh]
+            if len(handled):
+                raw.advance(topic, int(partition), int(handled.max()))
+        at = np.flatnonzero(fresh)
+        ids, dates = events.column("event_id"), events.column("event_date")
+        if len(at) < len(offsets):
+            ids, dates = ids.take(at), dates.take(at)
+        keep = np.zeros(len(offsets), dtype=bool)
+        keep[at] = self.seen.admit(id_keys(ids), day_numbers(dates))
+        self._duplicates += len(at) - int(keep[at].sum())
+        return keep
 
     def route(self, messages: list[Message]) -> tuple[TableBatch, TableBatch]:
         """Split messages into raw rows and rejected rows, skipping those a table already has."""
+        return self._route(Consumed.of(messages, self.rejected_topic))
+
+    def _route(self, consumed: Consumed) -> tuple[TableBatch, TableBatch]:
         raw, rejected = TableBatch(), TableBatch()
         self._duplicates = 0
-        events: list[tuple[int, int, bytes]] = []
-        for msg in messages:
-            topic, partition, offset = position(msg)
-            value = msg.value() or b""
-            if topic == self.rejected_topic:
-                if offset >= self._floor(self.rejected, topic, partition):
-                    letter = _decode_dead_letter(value)
-                    rejected.add(rejected_row(letter, topic, partition, offset), topic, partition, offset)
-            else:
-                events.append((partition, offset, value))
-        partitions, offsets = [p for p, _, _ in events], [o for _, o, _ in events]
-        decoded = decode_batch([v for _, _, v in events], partitions, offsets) if events else None
-        if decoded is not None:  # fast path: the whole batch decoded at once
-            ids, dates = decoded.column("event_id").to_pylist(), decoded.column("event_date").to_pylist()
-            keep = [self._admit(raw, *row) for row in zip(ids, dates, partitions, offsets, strict=True)]
-            raw.tables.append(decoded.filter(pa.array(keep, type=pa.bool_())))
-        else:
-            for partition, offset, value in events:
-                self._route_one(raw, rejected, partition, offset, value)
+        for i in consumed.dead_letters:
+            partition, offset = consumed.partitions[i], consumed.offsets[i]
+            if offset >= self._floor(self.rejected, self.rejected_topic, partition):
+                letter = _decode_dead_letter(consumed.values[i])
+                rejected.add(rejected_row(letter, self.rejected_topic, partition, offset), *consumed.position(i))
+        values, partitions, offsets = consumed.events()
+        if values:
+            # Fast path: the whole batch decoded at once; else message by message.
+            events = decode_batch(values, partitions, offsets)
+            if events is None:
+                events = self._decode_one_by_one(rejected, values, partitions, offsets)
+            keep = self._admit(raw, events)
+            raw.tables.append(events if keep.all() else events.filter(keep))
         if self._duplicates:
             DUPLICATES.inc(self._duplicates)
             log.info("duplicates dropped", extra=kv(events=self._duplicates))
         return raw, rejected
 
-    def _route_one(self, raw: TableBatch, rejected: TableBatch, partition: int, offset: int, value: bytes) -> None:
-        """The message-by-message path, for batches that hold a message that is not a v1 event."""
-        topic = self.events_topic
+    def _decode_one_by_one(
+        self, rejected: TableBatch, values: list[bytes], partitions: list[int], offsets: list[int]
+    ) -> pa.Table:
+        """The message-by-message path, for batches that hold a message that is not a v1 event:
+        the events as raw.pageviews rows, the others into ``rejected``."""
+        rows: list[tuple[dict[str, Any], bytes]] = []
+        for value, partition, offset in zip(values, partitions, offsets, strict=True):
+            try:
+                rows.append((event_row(decode_event(value), partition, offset), value))
+            except (ValueError, TypeError, RecursionError) as e:  # RecursionError: JSON nested too deeply
+                self._reject_event(rejected, f"not a v1 PageViewEvent: {e}", value, partition, offset)
         try:
-            row = event_row(decode_event(value), partition, offset)
-        except (ValueError, TypeError, RecursionError) as e:  # RecursionError: JSON nested too deeply
-            if offset >= self._floor(self.rejected, topic, partition):
-                letter = undecodable(f"not a v1 PageViewEvent: {e}", value)
-                rejected.add(rejected_row(letter, topic, partition, offset), topic, partition, offset)
-            return
-        if self._admit(raw, row["event_id"], row["event_date"], partition, offset):
-            raw.rows.append(row)
+            return pa.Table.from_pylist([row for row, _ in rows], schema=RAW_PAGEVIEWS)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass  # some value does not fit its column (an INT beyond 32 bits): find which, row by row
+        fitting = []
+        for row, value in rows:
+            try:
+                fitting.append(pa.Table.from_pylist([row], schema=RAW_PAGEVIEWS))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+                message = f"not a v1 PageViewEvent: a value does not fit raw.pageviews: {e}"
+                self._reject_event(rejected, message, value, row["kafka_partition"], row["kafka_offset"])
+        return pa.concat_tables([RAW_PAGEVIEWS.empty_table(), *fitting])
+
+    def _reject_event(self, rejected: TableBatch, message: str, value: bytes, partition: int, offset: int) -> None:
+        """A poison message of the events topic becomes a raw.rejected row (unless archived before)."""
+        topic = self.events_topic
+        if offset >= self._floor(self.rejected, topic, partition):
+            letter = undecodable(message, value)
+            rejected.add(rejected_row(letter, topic, partition, offset), topic, partition, offset)
 
     def archive(self, messages: list[Message]) -> int:
         """Write one batch: raw.rejected first, then raw.pageviews (see README: exactly once)."""
-        raw, rejected = self.route(messages)
+        consumed = Consumed.of(messages, self.rejected_topic)
+        raw, rejected = self._route(consumed)
         try:
             self.rejected.append(rejected)
             self.raw.append(raw)
@@ -189,11 +217,8 @@ class Archiver:
             self.seen.load(find_table(self.settings, "raw.pageviews"), _utc_date(_now_ms()))
             raise
         self.seen.forget_before(_utc_date(_now_ms()))
-        offsets: dict[tuple[str, int], int] = {}
-        for msg in messages:
-            topic, partition, offset = position(msg)
-            offsets[(topic, partition)] = offset + 1
-        self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=True)
+        offsets = [TopicPartition(t, p, o) for (t, p), o in consumed.next_offsets().items()]
+        self.consumer.commit(offsets=offsets, asynchronous=True)
         ARCHIVED.labels(table="raw.pageviews").inc(raw.count)
         ARCHIVED.labels(table="raw.rejected").inc(rejected.count)
         self._export_lag()
@@ -242,13 +267,6 @@ class Archiver:
         finally:
             self.consumer.close()
             log.info("archiver stopped")
-
-
-def position(msg: Message) -> tuple[str, int, int]:
-    """(topic, partition, offset) of a consumed message (always set for consumed messages)."""
-    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-    assert topic is not None and partition is not None and offset is not None, "consumed message without position"
-    return topic, partition, offset
 
 
 def _now_ms() -> int:

@@ -37,6 +37,8 @@ def raw_pageviews_schema() -> pa.Schema:
     return pa.schema([pa.field(name, _ARROW_TYPES[sql]) for name, sql in columns])
 
 
+RAW_PAGEVIEWS = raw_pageviews_schema()
+
 RAW_REJECTED_SCHEMA = pa.schema(
     [
         ("kind", pa.string()),

@@ -59,3 +59,41 @@ def test_a_non_hex_event_id_gets_a_stable_dedup_key_instead_of_crashing_the_arch
     assert id_key("not-a-uuid") == id_key("not-a-uuid")
     assert id_key("not-a-uuid") != id_key("not-a-uuid-2")
     assert id_key("00000000-0000-0001-8000-000000000000") == 1
+
+
+def test_props_are_kept_when_another_field_quotes_an_empty_props_map() -> None:
+    quoting = json.dumps(json.loads(page_view("a.com").to_json()) | {"title": '"props":{}', "props": {"k": "v"}})
+    values = [page_view("a.com").to_json(), quoting.encode()]
+    fast = decode_batch(values, [0, 0], [0, 1])
+    assert fast is not None
+    assert fast.column("props").to_pylist() == [[], [("k", "v")]]
+    assert fast.equals(one_by_one(values))
+
+
+def test_messages_that_only_parse_when_joined_make_the_batch_fall_back() -> None:
+    """Neither value is one event, but joined by newlines they read as the right number of rows."""
+    a, b, c = (page_view("a.com").to_json() for _ in range(3))
+    values = [a[:-1] + b',"x":', b'{"b":1}}', b + c]  # a's event swallows the 2nd value; the 3rd holds two
+    assert decode_batch(values, [0, 0, 0], [0, 1, 2]) is None
+    assert decode_batch([a + b" "], [0], [0]) is None  # valid, but not from { to }: the careful path decides
+
+
+@pytest.mark.parametrize(
+    "titles",
+    [
+        ["2024-01-01", "hello", None],  # a date-like string among others stays the string it was
+        ["2024-01-01", "2024-01-02T10:00:00"],  # every title date-like: read as a timestamp, or refused
+        ["1", "true", "null", "{}"],
+    ],
+)
+def test_strings_that_look_like_other_types_are_kept_exactly_or_the_batch_falls_back(titles: list[str | None]) -> None:
+    values = [json.dumps(json.loads(page_view("a.com").to_json()) | {"title": t}).encode() for t in titles]
+    fast = decode_batch(values, [0] * len(values), list(range(len(values))))
+    assert fast is None or fast.equals(one_by_one(values))
+    assert fast is None or fast.column("title").to_pylist() == titles
+
+
+def test_numbers_beyond_their_column_make_the_batch_fall_back() -> None:
+    for change in ({"screen_w": 2**31}, {"ts_sent": 2**63}, {"screen_w": 1e3}):
+        value = json.dumps(json.loads(page_view("a.com").to_json()) | change).encode()
+        assert decode_batch([page_view("a.com").to_json(), value], [0, 0], [0, 1]) is None
