@@ -7,7 +7,6 @@ Starts its own broker and servers (own home, free ports) and stops them afterwar
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -40,9 +39,19 @@ def beacon(i: int) -> dict[str, object]:
     }
 
 
+# beacon(n) as JSON text, for n < 2**48 (its id is then this prefix and n in hex). The client
+# formats these, several times cheaper than json.dumps of dicts: it shares the server's two cores.
+BEACON_JSON = '{"id":"00000000-0000-4000-8000-%012x","s":"' + SITE + '","u":"https://' + SITE + '/p%d","te":%d,"ts":%d}'
+
+
+def beacon_json(n: int) -> str:
+    assert n < 2**48, "BEACON_JSON holds the id's last 48 bits only"
+    return BEACON_JSON % (n, n % 50, 1_795_000_000_000 + n, 1_795_000_000_000 + n)
+
+
 def single(port: int, salt: int) -> Callable[[int], bytes]:
     def make(i: int) -> bytes:
-        body = json.dumps(beacon(salt + i)).encode()
+        body = beacon_json(salt + i).encode()
         headers = {"Content-Type": "text/plain", "X-Forwarded-For": f"198.18.{i % 250}.{i % 200 + 1}"}
         return http_post("/api/event", port, body, headers)
 
@@ -51,7 +60,8 @@ def single(port: int, salt: int) -> Callable[[int], bytes]:
 
 def batched(port: int, salt: int, size: int) -> Callable[[int], bytes]:
     def make(i: int) -> bytes:
-        body = json.dumps([beacon(salt + i * size + j) for j in range(size)]).encode()
+        first = salt + i * size
+        body = ("[" + ",".join([beacon_json(n) for n in range(first, first + size)]) + "]").encode()
         return http_post("/api/event", port, body, {"Content-Type": "text/plain", "X-Forwarded-For": "198.18.0.1"})
 
     return make

@@ -1,15 +1,19 @@
 """The tracker's wire format (see PAYLOAD.md beside this file) and its validation.
 
 Pure: no I/O. Turns request bytes into validated beacons, or into a :class:`Rejection`
-whose reason names the field and what is wrong with it.
+whose reason names the field and what is wrong with it. A body of valid beacons (nearly every
+body) is decoded and checked in one pass by msgspec; any other body takes the slow path,
+``json`` and pydantic, which keeps the valid items and names every field at fault in the others.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
+from msgspec import Meta
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tally.schema import EVENT_TYPES, SCHEMA_VERSION
@@ -52,13 +56,77 @@ def neutralise_formula(text: str) -> str:
     return "'" + text if text.startswith(FORMULA_PREFIXES) else text
 
 
-class Beacon(BaseModel):
-    """One event as the tracker sends it (schema version 1)."""
+def check_sent_time(ts_event: int, ts_sent: int) -> None:
+    """``ts`` must be at most 7 days after ``te`` and at most 1 minute before it (see the bounds above)."""
+    if not -MAX_CLOCK_SLIP_MS <= ts_sent - ts_event <= MAX_SEND_DELAY_MS:
+        raise ValueError("must be at most 7 days after te (ts_event) and at most 1 minute before it")
 
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+def check_props(props: dict[str, Any]) -> None:
+    """Property names of 1-64 characters that can be stored as text, values of at most 256 characters."""
+    for key, item in props.items():
+        if not 0 < len(key) <= MAX_PROP_KEY:
+            raise ValueError(f"property names must be 1-{MAX_PROP_KEY} characters")
+        if not key.isascii():
+            try:
+                key.encode()
+            except UnicodeEncodeError:  # a lone surrogate ("\\ud800"): JSON allows it, UTF-8 cannot store it
+                raise ValueError("property names must be valid Unicode text") from None
+        if len(str(item)) > MAX_PROP_VALUE:
+            raise ValueError(f"property {key!r}: values must be at most {MAX_PROP_VALUE} characters")
+
+
+UUID_HEX = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+Text = Annotated[str, Meta(max_length=MAX_TEXT)]
+PropValue = Annotated[str, Meta(max_length=MAX_PROP_VALUE)] | int | float | bool
+
+
+class Beacon(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One valid event as the tracker sends it (schema version 1), decoded straight from JSON.
+
+    :class:`BeaconSchema` states the same rules for pydantic, which names every field at fault;
+    ``tests/unit/test_beacon_rules.py`` checks that the two accept exactly the same beacons.
+    """
+
+    v: Annotated[int, Meta(ge=1, le=SCHEMA_VERSION)] = SCHEMA_VERSION
+    id: Annotated[str, Meta(pattern=rf"\A{UUID_HEX}\Z")]
+    k: str = "pageview"
+    n: Annotated[str, Meta(min_length=1, max_length=MAX_PROP_VALUE)] | None = None
+    s: Annotated[str, Meta(min_length=1, max_length=253)]
+    u: Annotated[str, Meta(min_length=1, max_length=MAX_TEXT)]
+    r: Text | None = None
+    ti: Text | None = None
+    te: Annotated[int, Meta(ge=0, le=10**14)]
+    ts: Annotated[int, Meta(ge=0, le=10**14)]
+    w: Annotated[int, Meta(ge=0, le=100_000)] | None = None
+    l: Annotated[str, Meta(max_length=35)] | None = None  # noqa: E741 - wire key
+    z: Annotated[str, Meta(max_length=64)] | None = None
+    p: Annotated[dict[str, PropValue], Meta(max_length=MAX_PROPS)] = msgspec.field(default_factory=dict)
+    e: Annotated[int, Meta(ge=0, le=86_400_000)] | None = None
+    ld: Annotated[int, Meta(ge=0, le=3_600_000)] | None = None
+
+    def __post_init__(self) -> None:
+        # msgspec turns a ValueError here into a validation error of the whole document.
+        if self.k not in EVENT_TYPES:
+            raise ValueError(f"k: must be one of {', '.join(EVENT_TYPES)}")
+        check_sent_time(self.te, self.ts)
+        if self.p:
+            check_props(self.p)
+        if self.n is not None and self.n.startswith(FORMULA_PREFIXES):
+            msgspec.structs.force_setattr(self, "n", neutralise_formula(self.n))
+
+    def props_as_text(self) -> dict[str, str]:
+        """Properties as the string map the event stores, formula prefixes neutralised."""
+        return {neutralise_formula(k): neutralise_formula(str(v)) for k, v in self.p.items()}
+
+
+class BeaconSchema(BaseModel):
+    """The rules of :class:`Beacon` for pydantic: field-level errors, and the OpenAPI schema."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, title="Beacon")
 
     v: int = Field(default=SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
-    id: str = Field(pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+    id: str = Field(pattern=f"^{UUID_HEX}$")
     k: str = "pageview"
     n: str | None = Field(default=None, min_length=1, max_length=MAX_PROP_VALUE)
     s: str = Field(min_length=1, max_length=253)
@@ -85,28 +153,19 @@ class Beacon(BaseModel):
     @classmethod
     def _sent_after_the_event(cls, value: int, info: ValidationInfo) -> int:
         event = info.data.get("te")
-        if event is not None and not -MAX_CLOCK_SLIP_MS <= value - event <= MAX_SEND_DELAY_MS:
-            raise ValueError("must be at most 7 days after te (ts_event) and at most 1 minute before it")
+        if event is not None:
+            check_sent_time(event, value)
         return value
-
-    @field_validator("n")
-    @classmethod
-    def _safe_name(cls, value: str | None) -> str | None:
-        return None if value is None else neutralise_formula(value)
 
     @field_validator("p")
     @classmethod
     def _bounded_props(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key, item in value.items():
-            if not 0 < len(key) <= MAX_PROP_KEY:
-                raise ValueError(f"property names must be 1-{MAX_PROP_KEY} characters")
-            if len(str(item)) > MAX_PROP_VALUE:
-                raise ValueError(f"property {key!r}: values must be at most {MAX_PROP_VALUE} characters")
+        check_props(value)
         return value
 
-    def props_as_text(self) -> dict[str, str]:
-        """Properties as the string map the event stores, formula prefixes neutralised."""
-        return {neutralise_formula(k): neutralise_formula(str(v)) for k, v in self.p.items()}
+    def beacon(self) -> Beacon:
+        """The valid beacon these fields make (its name neutralised)."""
+        return Beacon(**self.model_dump())
 
 
 @dataclass(frozen=True)
@@ -153,8 +212,27 @@ class ParsedBody:
     is_batch: bool
 
 
-def parse_beacons(body: bytes, *, max_batch: int) -> ParsedBody | Rejection:
-    """Decode a request body holding one beacon object or a bounded array of them."""
+_DECODE = msgspec.json.Decoder(Beacon | list[Beacon]).decode
+
+
+def parse_valid_body(body: bytes, *, max_batch: int) -> ParsedBody | None:
+    """The fast path: a body whose every item is a valid beacon, decoded and checked in one pass.
+
+    None for any other body: :func:`parse_item_by_item` then says what is wrong with it.
+    """
+    try:
+        decoded = _DECODE(body)
+    except (ValueError, RecursionError):  # msgspec's errors are ValueErrors
+        return None
+    if isinstance(decoded, Beacon):
+        return ParsedBody([decoded], [], False)
+    if not decoded or len(decoded) > max_batch:
+        return None
+    return ParsedBody(decoded, [], True)
+
+
+def parse_item_by_item(body: bytes, *, max_batch: int) -> ParsedBody | Rejection:
+    """The slow path: ``json``, then pydantic per item, keeping valid items and naming every bad field."""
     try:
         decoded = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -176,8 +254,13 @@ def parse_beacons(body: bytes, *, max_batch: int) -> ParsedBody | Rejection:
             parsed.invalid.append((item, Rejection(422, "invalid_event", "not an event object", (error,))))
             continue
         try:
-            parsed.beacons.append(Beacon.model_validate(item))
+            parsed.beacons.append(BeaconSchema.model_validate(item).beacon())
         except ValidationError as e:
             errors = _field_errors(e, index)
             parsed.invalid.append((item, Rejection(422, "invalid_event", "one or more fields are invalid", errors)))
     return parsed
+
+
+def parse_beacons(body: bytes, *, max_batch: int) -> ParsedBody | Rejection:
+    """Decode a request body holding one beacon object or a bounded array of them."""
+    return parse_valid_body(body, max_batch=max_batch) or parse_item_by_item(body, max_batch=max_batch)

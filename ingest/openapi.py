@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import tally
-from ingest.beacon import Beacon
+from ingest.beacon import BeaconSchema
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def _error(description: str) -> dict[str, Any]:
 
 
 def openapi_spec(*, max_batch: int) -> dict[str, Any]:
-    beacon = Beacon.model_json_schema()
+    beacon = BeaconSchema.model_json_schema()
     body_schema = {
         "oneOf": [
             {"$ref": "#/components/schemas/Beacon"},

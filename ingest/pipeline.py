@@ -11,23 +11,27 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from prometheus_client import Counter
 
-from ingest.beacon import Beacon, ParsedBody, Rejection
+from ingest.beacon import ParsedBody, Rejection
 from ingest.durable import DurableLog
-from ingest.enrich import EnrichError, RequestFacts, enrich
+from ingest.enrich import Client, EnrichError, RequestFacts, event_fields
 from ingest.ratelimit import RateLimiter
 from ingest.salts import SaltStore
+from ingest.spool import Record
 from tally.deadletter import dead_letter
 from tally.log import kv
-from tally.schema import PageViewEvent
-from tally.settings import Settings
+from tally.settings import Settings, SiteSettings
 
 log = logging.getLogger("tally.ingest")
 
 EVENTS = Counter("tally_ingest_events_total", "Events by outcome (accepted, or the rejection kind)", ["outcome"])
 STORED = Counter("tally_ingest_stored_total", "Accepted events by where they were made durable", ["store"])
 THROTTLED = Counter("tally_ingest_throttled_requests_total", "Requests refused by a rate limit")
+
+# The Kafka message value: compact UTF-8 JSON of every field, as PageViewEvent.to_json writes it.
+encode_event = msgspec.json.Encoder().encode
 
 
 @dataclass
@@ -47,9 +51,11 @@ class Pipeline:
         self.store = store
         self.limiter = limiter
         self.salts = SaltStore(settings.home_dir / "salts")
+        self._accepted = EVENTS.labels(outcome="accepted")
+        self._stored = {where: STORED.labels(store=where) for where in ("kafka", "spool")}
 
-    async def reject(self, rejection: Rejection, payload: bytes, received_at: int) -> None:
-        """Record one refusal as a dead letter; it is stored as durably as an event."""
+    def _letter(self, rejection: Rejection, payload: bytes, received_at: int) -> Record:
+        """One refusal as a dead-letter record; it is stored as durably as an event."""
         EVENTS.labels(outcome=rejection.kind).inc()
         letter = dead_letter(
             component="tally-ingest",
@@ -60,55 +66,61 @@ class Pipeline:
             payload=payload,
             errors=list(rejection.errors),
         )
-        await self.store.append([(self.settings.kafka.rejected_topic, None, letter.to_json())])
+        return (self.settings.kafka.rejected_topic, None, letter.to_json())
+
+    async def reject(self, rejection: Rejection, payload: bytes, received_at: int) -> None:
+        """Record one refusal as a dead letter."""
+        await self.store.append([self._letter(rejection, payload, received_at)])
 
     async def refuse(self, rejection: Rejection, payload: bytes, received_at: int) -> Outcome:
         await self.reject(rejection, payload, received_at)
         return Outcome(rejection.status, rejection.body())
 
-    def _site_check(self, beacon: Beacon, event: PageViewEvent) -> Rejection | None:
-        site = self.settings.site(beacon.s)
+    def _site_check(self, site_id: str, site: SiteSettings | None, hostname: str) -> Rejection | None:
         if site is None:
             return Rejection(
-                403, "unknown_site", f"site_id {beacon.s!r} is not configured; add it under sites: in conf/"
+                403, "unknown_site", f"site_id {site_id!r} is not configured; add it under sites: in conf/"
             )
-        if site.domains and event.hostname not in site.domains:
-            return Rejection(403, "foreign_host", f"host {event.hostname!r} does not belong to site {beacon.s!r}")
+        if site.domains and hostname not in site.domains:
+            return Rejection(403, "foreign_host", f"host {hostname!r} does not belong to site {site_id!r}")
         return None
 
     def _enrich_all(
         self, parsed: ParsedBody, facts: RequestFacts
-    ) -> tuple[list[PageViewEvent], list[tuple[Any, Rejection]]]:
-        salt = self.salts.salt_for(facts.ts_received)
-        events: list[PageViewEvent] = []
+    ) -> tuple[list[dict[str, Any]], list[tuple[Any, Rejection]]]:
+        events: list[dict[str, Any]] = []
         invalid = list(parsed.invalid)
+        if not parsed.beacons:
+            return events, invalid
+        # UA, country, client hash and visitor id belong to the client: once per request, not per event.
+        client = Client(facts, self.salts.salt_for(facts.ts_received))
         for beacon in parsed.beacons:
             site = self.settings.site(beacon.s)
             try:
-                event = enrich(beacon, facts, salt=salt, hash_routing=bool(site and site.hash_routing))
+                event = event_fields(beacon, client, hash_routing=bool(site and site.hash_routing))
             except EnrichError as e:
                 error = {"field": "u (url)", "error": str(e)}
-                invalid.append((beacon.model_dump(), Rejection(422, "invalid_url", str(e), (error,))))
+                invalid.append((msgspec.structs.asdict(beacon), Rejection(422, "invalid_url", str(e), (error,))))
                 continue
-            refusal = self._site_check(beacon, event)
+            refusal = self._site_check(beacon.s, site, event["hostname"])
             if refusal:
-                invalid.append((beacon.model_dump(), refusal))
+                invalid.append((msgspec.structs.asdict(beacon), refusal))
             else:
                 events.append(event)
         return events, invalid
 
-    def _rate_limit(self, events: list[PageViewEvent], now_ms: int) -> Rejection | None:
+    def _rate_limit(self, events: list[dict[str, Any]], now_ms: int) -> Rejection | None:
         if not events:
             return None
         first = events[0]
-        site = self.settings.site(first.site_id)
+        site = self.settings.site(first["site_id"])
         assert site is not None, "events reach the rate limiter only for configured sites"
         verdict = self.limiter.check(
-            client_hash=first.client_hash,
-            site_id=first.site_id,
+            client_hash=first["client_hash"],
+            site_id=first["site_id"],
             now_ms=now_ms,
             events=len(events),
-            pageviews=sum(e.type == "pageview" for e in events),
+            pageviews=sum(e["type"] == "pageview" for e in events),
             client_limit_per_hour=self.settings.client_limit(site),
         )
         if verdict.allowed:
@@ -121,15 +133,17 @@ class Pipeline:
         events, invalid = self._enrich_all(parsed, facts)
         throttled = self._rate_limit(events, facts.ts_received)
         if throttled is not None:
-            invalid += [(json.loads(e.to_json()), throttled) for e in events]
+            invalid += [(e, throttled) for e in events]
             events = []
-        for item, rejection in invalid:
-            await self.reject(rejection, json.dumps(item, default=str).encode(), facts.ts_received)
+        received = facts.ts_received
+        records = [self._letter(r, json.dumps(item, default=str).encode(), received) for item, r in invalid]
+        topic = self.settings.kafka.pageviews_topic
+        records += [(topic, e["visitor_id"].encode(), encode_event(e)) for e in events]
+        # One append for the whole request: Kafka acknowledges its events and dead letters together.
+        where = await self.store.append(records)
         if events:
-            topic = self.settings.kafka.pageviews_topic
-            where = await self.store.append([(topic, e.visitor_id.encode(), e.to_json()) for e in events])
-            EVENTS.labels(outcome="accepted").inc(len(events))
-            STORED.labels(store=where).inc(len(events))
+            self._accepted.inc(len(events))
+            self._stored[where].inc(len(events))
         if not events:
             first = invalid[0][1]
             headers = {"Retry-After": str(first.retry_after_s)} if first.retry_after_s else {}

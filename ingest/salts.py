@@ -11,21 +11,24 @@ import os
 import secrets
 from pathlib import Path
 
+DAY_MS = 86_400_000
+
 
 class SaltStore:
     """Hands out today's salt (UTC day) and deletes older ones."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._cache: tuple[str, bytes] | None = None
+        self._cache: tuple[int, bytes] | None = None  # (UTC day number, its salt)
 
     def salt_for(self, ts_ms: int) -> bytes:
         """The salt of the UTC day containing ``ts_ms`` (server receive time)."""
-        day = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).date().isoformat()
-        if self._cache and self._cache[0] == day:
+        day_number = ts_ms // DAY_MS
+        if self._cache and self._cache[0] == day_number:
             return self._cache[1]
+        day = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).date().isoformat()
         salt = self._load_or_create(day)
-        self._cache = (day, salt)
+        self._cache = (day_number, salt)
         self._delete_older_than(day)
         return salt
 

@@ -1,16 +1,24 @@
+import json
+
+import msgspec
 import pytest
 
 from ingest.beacon import Beacon
 from ingest.enrich import (
+    Client,
     EnrichError,
     RequestFacts,
     classify_referrer,
+    client_hash,
     enrich,
+    event_fields,
     normalise_url,
     parse_agent,
     skew_corrected_time,
     visitor_id,
 )
+from ingest.pipeline import encode_event
+from tally.schema import FIELDS
 
 CHROME = (
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
@@ -88,7 +96,7 @@ def test_referrers_are_classified_into_channels(
 
 
 def test_enrich_builds_the_stored_event_without_the_ip() -> None:
-    beacon = Beacon.model_validate(
+    beacon = msgspec.convert(
         {
             "id": "0B9F7F2E-8F2A-4C1E-9A53-6F0B3C1D2E4F",
             "s": "a.com",
@@ -96,10 +104,30 @@ def test_enrich_builds_the_stored_event_without_the_ip() -> None:
             "te": 1000,
             "ts": 1500,
             "r": "https://duckduckgo.com/",
-        }
+        },
+        Beacon,
     )
     event = enrich(beacon, RequestFacts("203.0.113.9", CHROME, 2000), salt=b"s")
     assert event.event_id == "0b9f7f2e-8f2a-4c1e-9a53-6f0b3c1d2e4f"
     assert (event.path, event.hostname, event.event_time) == ("/p", "a.com", 1500)
     assert (event.utm_campaign, event.channel, event.browser) == ("x", "Organic Search", "Chrome")
     assert b"203.0.113.9" not in event.to_json()
+
+
+def test_the_event_dict_lists_every_schema_field_in_order_and_encodes_like_the_dataclass() -> None:
+    beacon = msgspec.convert(
+        {"id": "0b9f7f2e-8f2a-4c1e-9a53-6f0b3c1d2e4f", "s": "a.com", "u": "https://a.com/é?gclid=1", "te": 1, "ts": 1},
+        Beacon,
+    )
+    facts = RequestFacts("203.0.113.9", IPHONE, 2000)
+    fields = event_fields(beacon, Client(facts, b"s"))
+    assert list(fields) == list(FIELDS)
+    assert json.loads(encode_event(fields)) == json.loads(enrich(beacon, facts, salt=b"s").to_json())
+    assert fields["click_id"] == "1" and fields["channel"] == "Paid" and fields["device"] == "mobile"
+
+
+def test_a_client_hashes_its_visitor_id_once_per_site() -> None:
+    client = Client(RequestFacts("203.0.113.9", CHROME, 2000), b"salt")
+    assert client.visitor_id("a.com") == visitor_id(b"salt", "a.com", "203.0.113.9", CHROME)
+    assert client.visitor_id("b.com") == visitor_id(b"salt", "b.com", "203.0.113.9", CHROME)
+    assert client.client_hash == client_hash(b"salt", "203.0.113.9")

@@ -1,0 +1,86 @@
+"""What ingest does with one request, against an in-memory store: events and dead letters together."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest.beacon import ParsedBody, parse_beacons
+from ingest.enrich import RequestFacts
+from ingest.pipeline import Outcome, Pipeline
+from ingest.ratelimit import RateLimiter
+from ingest.spool import Record
+from tally.deadletter import DeadLetter
+from tally.schema import PageViewEvent
+from tally.settings import RateLimitSettings, Settings, SiteSettings
+
+SITE = "a.example"
+NOW = 1_795_000_000_000
+
+
+class MemoryStore:
+    """The durable log's interface, in memory: every append is one list of records."""
+
+    def __init__(self) -> None:
+        self.appends: list[list[Record]] = []
+
+    async def append(self, records: list[Record]) -> str:
+        self.appends.append(records)
+        return "kafka"
+
+
+def beacon(n: int, **change: Any) -> dict[str, Any]:
+    return {
+        "id": f"0b9f7f2e-8f2a-4c1e-9a53-{n:012x}",
+        "s": SITE,
+        "u": f"https://{SITE}/p{n}",
+        "te": NOW,
+        "ts": NOW,
+    } | change
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path) -> tuple[Pipeline, MemoryStore]:
+    settings = Settings(
+        home=str(tmp_path),
+        sites=(SiteSettings(SITE, domains=(SITE,)),),
+        ratelimit=RateLimitSettings(client_pageviews_per_hour=3),
+    )
+    store = MemoryStore()
+    return Pipeline(settings, store, RateLimiter(site_events_per_second=1000)), store  # type: ignore[arg-type]
+
+
+def accept(pipeline: Pipeline, body: object, ip: str = "198.18.0.1") -> Outcome:
+    parsed = parse_beacons(json.dumps(body).encode(), max_batch=50)
+    assert isinstance(parsed, ParsedBody)
+    return asyncio.run(pipeline.accept(parsed, RequestFacts(ip, "Mozilla/5.0 Firefox/133.0", NOW + 5)))
+
+
+def test_a_batch_stores_its_events_and_the_dead_letters_of_its_bad_items_in_one_append(
+    pipeline: tuple[Pipeline, MemoryStore],
+) -> None:
+    pipe, store = pipeline
+    outcome = accept(pipe, [beacon(1), beacon(2, te="x"), beacon(3, u="https://evil.example/"), beacon(4, k="event")])
+    assert outcome.status == 202 and outcome.body["accepted"] == 2
+    assert [r["error"] for r in outcome.body["rejected"]] == ["invalid_event", "foreign_host"]
+    (records,) = store.appends
+    letters = [DeadLetter.from_json(v) for t, _, v in records if t == pipe.settings.kafka.rejected_topic]
+    events = [PageViewEvent.from_json(v) for t, _, v in records if t == pipe.settings.kafka.pageviews_topic]
+    assert [d.kind for d in letters] == ["invalid_event", "foreign_host"]
+    assert [e.event_id[-1] for e in events] == ["1", "4"]
+    assert all(k == e.visitor_id.encode() for (t, k, _), e in zip(records[2:], events, strict=True))
+    assert len({e.visitor_id for e in events}) == 1 and events[0].event_time == NOW + 5
+
+
+def test_a_throttled_request_dead_letters_every_event_with_its_id(pipeline: tuple[Pipeline, MemoryStore]) -> None:
+    pipe, store = pipeline
+    assert accept(pipe, [beacon(1), beacon(2), beacon(3)]).status == 202
+    outcome = accept(pipe, beacon(4))
+    assert outcome.status == 429 and int(outcome.headers["Retry-After"]) > 0
+    (letter,) = [DeadLetter.from_json(v) for _, _, v in store.appends[-1]]
+    assert letter.kind == "rate_limited" and "0b9f7f2e-8f2a-4c1e-9a53-000000000004" in (letter.payload or "")
+    assert accept(pipe, beacon(5), ip="198.18.0.2").status == 202, "another client is not limited"
