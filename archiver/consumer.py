@@ -254,12 +254,11 @@ class Archiver:
                 deadline = time.monotonic() + a.max_wait_seconds
                 while len(batch) < a.max_batch and time.monotonic() < deadline and not self._stopping:
                     wanted = min(a.max_batch - len(batch), 5000)
-                    for msg in self.consumer.consume(num_messages=wanted, timeout=0.2):
-                        error = msg.error()
-                        if error is None:
-                            batch.append(msg)
-                        elif error.code() != KafkaError._PARTITION_EOF:
-                            log.warning("kafka error", extra=kv(error=str(error)))
+                    messages = self.consumer.consume(num_messages=wanted, timeout=0.2)
+                    good = [msg for msg in messages if msg.error() is None]
+                    if len(good) < len(messages):
+                        _log_errors(messages)
+                    batch.extend(good)
                 if batch:
                     self.archive(batch)
                 else:
@@ -267,6 +266,14 @@ class Archiver:
         finally:
             self.consumer.close()
             log.info("archiver stopped")
+
+
+def _log_errors(messages: list[Message]) -> None:
+    """Log the errors a consume call returned among its messages (end of partition is no error)."""
+    for msg in messages:
+        error = msg.error()
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            log.warning("kafka error", extra=kv(error=str(error)))
 
 
 def _now_ms() -> int:
