@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from confluent_kafka import Message
+from deltalake import DeltaTable, write_deltalake
 
 import archiver.dedup
 from archiver.consumed import Consumed
@@ -83,6 +84,16 @@ def test_dates_past_the_horizon_are_forgotten() -> None:
     seen.forget_before(TODAY)
     assert seen.admit(key, np.array([DAY - 3], dtype=np.int32)).tolist() == [True]
     assert seen.admit(key, np.array([DAY], dtype=np.int32)).tolist() == [False]
+
+
+def test_the_ids_of_the_raw_table_within_the_horizon_count_as_seen_after_a_restart(tmp_path: Path) -> None:
+    ids = [str(uuid.uuid4()) for _ in range(5)]
+    dates = [TODAY, TODAY, TODAY - dt.timedelta(days=1), TODAY - dt.timedelta(days=5), TODAY]
+    write_deltalake(str(tmp_path), pa.table({"event_id": ids, "event_date": pa.array(dates, pa.date32())}))
+    seen = SeenIds(2)
+    assert seen.load(DeltaTable(str(tmp_path)), TODAY) == 4
+    again = seen.admit(id_keys(pa.array(ids)), day_numbers(pa.array(dates, pa.date32())))
+    assert again.tolist() == [False, False, False, True, False]  # 5 days back is past the horizon
 
 
 def test_day_numbers_count_days_since_1970() -> None:
