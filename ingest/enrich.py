@@ -8,12 +8,12 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from ua_parser import parse as parse_user_agent
 
 from ingest.beacon import Beacon, neutralise_formula
+from ingest.event_record import EventRecord
 from ingest.geo import country_of
 from tally.schema import SCHEMA_VERSION, PageViewEvent
 
@@ -212,6 +212,7 @@ class Page:
 
     url: PageUrl
     acquisition: Acquisition
+    utm: tuple[str | None, ...]  # utm_source, utm_medium, utm_campaign, utm_term, utm_content
     click_id: str | None
 
 
@@ -219,60 +220,58 @@ class Page:
 def page_of(url: str, referrer: str | None, hash_routing: bool) -> Page:
     """URL, referrer and utm_* -> :class:`Page` (cached: a site's events share few pages and referrers)."""
     page = normalise_url(url, hash_routing=hash_routing)
-    click_id = next((page.query[p] for p in CLICK_ID_PARAMS if p in page.query), None)
-    return Page(page, classify_referrer(referrer, page.hostname, page.query), click_id)
+    query = page.query
+    utm = tuple(query.get(f"utm_{part}") for part in ("source", "medium", "campaign", "term", "content"))
+    click_id = next((query[p] for p in CLICK_ID_PARAMS if p in query), None)
+    return Page(page, classify_referrer(referrer, page.hostname, query), utm, click_id)
 
 
-def event_fields(beacon: Beacon, client: Client, *, hash_routing: bool = False) -> dict[str, Any]:
-    """The stored event as a dict of every :class:`PageViewEvent` field, in schema order.
-
-    Ingest serialises this dict directly: building the frozen dataclass per event costs more
-    than the rest of the enrichment.
-    """
+def event_record(beacon: Beacon, client: Client, *, hash_routing: bool = False) -> EventRecord:
+    """The stored event, from a validated beacon and the client that sent it."""
     referrer = beacon.r or None
     page = page_of(beacon.u, referrer, hash_routing)
-    url, acquisition, agent, query = page.url, page.acquisition, client.agent, page.url.query
-    return {
-        "event_id": beacon.id.lower(),
-        "type": beacon.k,
-        "name": beacon.n,
-        "site_id": beacon.s,
-        "url": url.url,
-        "hostname": url.hostname,
-        "path": url.path,
-        "referrer": referrer,
-        "title": beacon.ti,
-        "ts_event": beacon.te,
-        "ts_sent": beacon.ts,
-        "ts_received": client.ts_received,
-        "event_time": skew_corrected_time(beacon.te, beacon.ts, client.ts_received),
-        "screen_w": beacon.w,
-        "language": beacon.l,
-        "tz": beacon.z,
-        "props": beacon.props_as_text() if beacon.p else {},
-        "engagement_ms": beacon.e,
-        "load_ms": beacon.ld,
-        "visitor_id": client.visitor_id(beacon.s),
-        "client_hash": client.client_hash,
-        "browser": agent.browser,
-        "os": agent.os,
-        "device": agent.device,
-        "is_bot": agent.is_bot,
-        "country": client.country,
-        "source": acquisition.source,
-        "medium": acquisition.medium,
-        "channel": acquisition.channel,
-        "campaign": acquisition.campaign,
-        "utm_source": query.get("utm_source"),
-        "utm_medium": query.get("utm_medium"),
-        "utm_campaign": query.get("utm_campaign"),
-        "utm_term": query.get("utm_term"),
-        "utm_content": query.get("utm_content"),
-        "click_id": page.click_id,
-        "schema_version": SCHEMA_VERSION,
-    }
+    url, acquisition, agent, utm = page.url, page.acquisition, client.agent, page.utm
+    return EventRecord(  # positional, in schema order: several times cheaper than keywords
+        beacon.id.lower(),  # event_id
+        beacon.k,  # type
+        beacon.n,  # name
+        beacon.s,  # site_id
+        url.url,  # url
+        url.hostname,  # hostname
+        url.path,  # path
+        referrer,  # referrer
+        beacon.ti,  # title
+        beacon.te,  # ts_event
+        beacon.ts,  # ts_sent
+        client.ts_received,  # ts_received
+        skew_corrected_time(beacon.te, beacon.ts, client.ts_received),  # event_time
+        beacon.w,  # screen_w
+        beacon.l,  # language
+        beacon.z,  # tz
+        beacon.props_as_text() if beacon.p else {},  # props
+        beacon.e,  # engagement_ms
+        beacon.ld,  # load_ms
+        client.visitor_id(beacon.s),  # visitor_id
+        client.client_hash,  # client_hash
+        agent.browser,  # browser
+        agent.os,  # os
+        agent.device,  # device
+        agent.is_bot,  # is_bot
+        client.country,  # country
+        acquisition.source,  # source
+        acquisition.medium,  # medium
+        acquisition.channel,  # channel
+        acquisition.campaign,  # campaign
+        utm[0],  # utm_source
+        utm[1],  # utm_medium
+        utm[2],  # utm_campaign
+        utm[3],  # utm_term
+        utm[4],  # utm_content
+        page.click_id,  # click_id
+        SCHEMA_VERSION,  # schema_version
+    )
 
 
 def enrich(beacon: Beacon, facts: RequestFacts, *, salt: bytes, hash_routing: bool = False) -> PageViewEvent:
     """Build the stored event from a validated beacon and the request it came with."""
-    return PageViewEvent(**event_fields(beacon, Client(facts, salt), hash_routing=hash_routing))
+    return event_record(beacon, Client(facts, salt), hash_routing=hash_routing).event()

@@ -16,7 +16,8 @@ from prometheus_client import Counter
 
 from ingest.beacon import ParsedBody, Rejection
 from ingest.durable import DurableLog
-from ingest.enrich import Client, EnrichError, RequestFacts, event_fields
+from ingest.enrich import Client, EnrichError, RequestFacts, event_record
+from ingest.event_record import EventRecord, encode_record
 from ingest.ratelimit import RateLimiter
 from ingest.salts import SaltStore
 from ingest.spool import Record
@@ -29,9 +30,6 @@ log = logging.getLogger("tally.ingest")
 EVENTS = Counter("tally_ingest_events_total", "Events by outcome (accepted, or the rejection kind)", ["outcome"])
 STORED = Counter("tally_ingest_stored_total", "Accepted events by where they were made durable", ["store"])
 THROTTLED = Counter("tally_ingest_throttled_requests_total", "Requests refused by a rate limit")
-
-# The Kafka message value: compact UTF-8 JSON of every field, as PageViewEvent.to_json writes it.
-encode_event = msgspec.json.Encoder().encode
 
 
 @dataclass
@@ -87,8 +85,8 @@ class Pipeline:
 
     def _enrich_all(
         self, parsed: ParsedBody, facts: RequestFacts
-    ) -> tuple[list[dict[str, Any]], list[tuple[Any, Rejection]]]:
-        events: list[dict[str, Any]] = []
+    ) -> tuple[list[EventRecord], list[tuple[Any, Rejection]]]:
+        events: list[EventRecord] = []
         invalid = list(parsed.invalid)
         if not parsed.beacons:
             return events, invalid
@@ -97,30 +95,30 @@ class Pipeline:
         for beacon in parsed.beacons:
             site = self.settings.site(beacon.s)
             try:
-                event = event_fields(beacon, client, hash_routing=bool(site and site.hash_routing))
+                event = event_record(beacon, client, hash_routing=bool(site and site.hash_routing))
             except EnrichError as e:
                 error = {"field": "u (url)", "error": str(e)}
                 invalid.append((msgspec.structs.asdict(beacon), Rejection(422, "invalid_url", str(e), (error,))))
                 continue
-            refusal = self._site_check(beacon.s, site, event["hostname"])
+            refusal = self._site_check(beacon.s, site, event.hostname)
             if refusal:
                 invalid.append((msgspec.structs.asdict(beacon), refusal))
             else:
                 events.append(event)
         return events, invalid
 
-    def _rate_limit(self, events: list[dict[str, Any]], now_ms: int) -> Rejection | None:
+    def _rate_limit(self, events: list[EventRecord], now_ms: int) -> Rejection | None:
         if not events:
             return None
         first = events[0]
-        site = self.settings.site(first["site_id"])
+        site = self.settings.site(first.site_id)
         assert site is not None, "events reach the rate limiter only for configured sites"
         verdict = self.limiter.check(
-            client_hash=first["client_hash"],
-            site_id=first["site_id"],
+            client_hash=first.client_hash,
+            site_id=first.site_id,
             now_ms=now_ms,
             events=len(events),
-            pageviews=sum(e["type"] == "pageview" for e in events),
+            pageviews=sum(e.type == "pageview" for e in events),
             client_limit_per_hour=self.settings.client_limit(site),
         )
         if verdict.allowed:
@@ -133,12 +131,12 @@ class Pipeline:
         events, invalid = self._enrich_all(parsed, facts)
         throttled = self._rate_limit(events, facts.ts_received)
         if throttled is not None:
-            invalid += [(e, throttled) for e in events]
+            invalid += [(e.fields(), throttled) for e in events]
             events = []
         received = facts.ts_received
         records = [self._letter(r, json.dumps(item, default=str).encode(), received) for item, r in invalid]
         topic = self.settings.kafka.pageviews_topic
-        records += [(topic, e["visitor_id"].encode(), encode_event(e)) for e in events]
+        records += [(topic, e.visitor_id.encode(), encode_record(e)) for e in events]
         # One append for the whole request: Kafka acknowledges its events and dead letters together.
         where = await self.store.append(records)
         if events:

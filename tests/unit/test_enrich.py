@@ -11,13 +11,13 @@ from ingest.enrich import (
     classify_referrer,
     client_hash,
     enrich,
-    event_fields,
+    event_record,
     normalise_url,
     parse_agent,
     skew_corrected_time,
     visitor_id,
 )
-from ingest.pipeline import encode_event
+from ingest.event_record import encode_record
 from tally.schema import FIELDS
 
 CHROME = (
@@ -114,16 +114,70 @@ def test_enrich_builds_the_stored_event_without_the_ip() -> None:
     assert b"203.0.113.9" not in event.to_json()
 
 
-def test_the_event_dict_lists_every_schema_field_in_order_and_encodes_like_the_dataclass() -> None:
+def test_the_event_record_holds_every_field_where_the_schema_has_it_and_encodes_like_the_dataclass() -> None:
     beacon = msgspec.convert(
-        {"id": "0b9f7f2e-8f2a-4c1e-9a53-6f0b3c1d2e4f", "s": "a.com", "u": "https://a.com/é?gclid=1", "te": 1, "ts": 1},
+        {
+            "id": "0B9F7F2E-8F2A-4C1E-9A53-6F0B3C1D2E4F",
+            "k": "event",
+            "n": "signup",
+            "s": "a.com",
+            "u": "https://a.com/é?utm_source=s&utm_medium=m&utm_campaign=c&utm_term=t&utm_content=x&gclid=g",
+            "r": "https://news.example/",
+            "ti": "Title",
+            "te": 1000,
+            "ts": 1500,
+            "w": 390,
+            "l": "de",
+            "z": "Europe/Berlin",
+            "p": {"plan": "pro"},
+            "e": 7,
+            "ld": 8,
+        },
         Beacon,
     )
-    facts = RequestFacts("203.0.113.9", IPHONE, 2000)
-    fields = event_fields(beacon, Client(facts, b"s"))
-    assert list(fields) == list(FIELDS)
-    assert json.loads(encode_event(fields)) == json.loads(enrich(beacon, facts, salt=b"s").to_json())
-    assert fields["click_id"] == "1" and fields["channel"] == "Paid" and fields["device"] == "mobile"
+    facts = RequestFacts("81.2.69.142", IPHONE, 2000)
+    record = event_record(beacon, Client(facts, b"s"))
+    assert record.fields() == {
+        "event_id": "0b9f7f2e-8f2a-4c1e-9a53-6f0b3c1d2e4f",
+        "type": "event",
+        "name": "signup",
+        "site_id": "a.com",
+        "url": "https://a.com/é?utm_source=s&utm_medium=m&utm_campaign=c&utm_term=t&utm_content=x&gclid=g",
+        "hostname": "a.com",
+        "path": "/é",
+        "referrer": "https://news.example/",
+        "title": "Title",
+        "ts_event": 1000,
+        "ts_sent": 1500,
+        "ts_received": 2000,
+        "event_time": 1500,
+        "screen_w": 390,
+        "language": "de",
+        "tz": "Europe/Berlin",
+        "props": {"plan": "pro"},
+        "engagement_ms": 7,
+        "load_ms": 8,
+        "visitor_id": visitor_id(b"s", "a.com", "81.2.69.142", IPHONE),
+        "client_hash": client_hash(b"s", "81.2.69.142"),
+        "browser": "Mobile Safari",
+        "os": "iOS",
+        "device": "mobile",
+        "is_bot": False,
+        "country": "GB",
+        "source": "s",
+        "medium": "m",
+        "channel": "Paid",
+        "campaign": "c",
+        "utm_source": "s",
+        "utm_medium": "m",
+        "utm_campaign": "c",
+        "utm_term": "t",
+        "utm_content": "x",
+        "click_id": "g",
+        "schema_version": 1,
+    }
+    assert list(record.fields()) == list(FIELDS)
+    assert json.loads(encode_record(record)) == json.loads(enrich(beacon, facts, salt=b"s").to_json())
 
 
 def test_a_client_hashes_its_visitor_id_once_per_site() -> None:
