@@ -106,7 +106,9 @@ def measure(
         watcher.join()
         latencies = sorted((seen[i] - sent[i]) * 1000 for i in seen)
         q = statistics.quantiles(latencies, n=100)
-        note = f"{rate:g} beacons/s for {seconds:g} s, {len(seen)}/{len(sent)} seen; 100 ms polling"
+        achieved = len(sent) / seconds  # one client waiting for each 202: below ``rate`` when ingest answers slowly
+        note = f"{achieved:.0f} beacons/s ({rate:g} asked) for {seconds:g} s, {len(seen)}/{len(sent)} seen"
+        note += "; 100 ms polling"
         for pct in (50, 95, 99):
             goal = "≤ 5,000 ms" if pct == 99 else ""
             figures.append(Figure(f"beacon -> raw.pageviews p{pct}", q[pct - 1], "ms", goal=goal, note=note))
