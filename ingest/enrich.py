@@ -185,25 +185,33 @@ def _known_name(host: str, table: dict[str, str]) -> str | None:
 
 
 class Client:
-    """The sender of one request, worked out once for all its events. The IP goes no further."""
+    """The sender of requests: UA, country and hashes worked out once for all its events.
 
-    __slots__ = ("_facts", "_salt", "_visitor_ids", "agent", "client_hash", "country", "ts_received")
+    Shared by its requests (see :func:`client_of`); the IP goes no further.
+    """
 
-    def __init__(self, facts: RequestFacts, salt: bytes) -> None:
-        self._facts, self._salt = facts, salt
-        self.ts_received = facts.ts_received
-        self.agent = parse_agent(facts.user_agent)
-        self.country = country_of(facts.client_ip)
-        self.client_hash = client_hash(salt, facts.client_ip)
+    __slots__ = ("_ip", "_salt", "_user_agent", "_visitor_ids", "agent", "client_hash", "country")
+
+    def __init__(self, client_ip: str, user_agent: str, salt: bytes) -> None:
+        self._ip, self._user_agent, self._salt = client_ip, user_agent, salt
+        self.agent = parse_agent(user_agent)
+        self.country = country_of(client_ip)
+        self.client_hash = client_hash(salt, client_ip)
         self._visitor_ids: dict[str, str] = {}
 
     def visitor_id(self, site_id: str) -> str:
-        """The client's visitor id on one site (a request's events are nearly always of one site)."""
+        """The client's visitor id on one site (a client's events are nearly always of one site)."""
         found = self._visitor_ids.get(site_id)
         if found is None:
-            found = visitor_id(self._salt, site_id, self._facts.client_ip, self._facts.user_agent)
+            found = visitor_id(self._salt, site_id, self._ip, self._user_agent)
             self._visitor_ids[site_id] = found
         return found
+
+
+@lru_cache(maxsize=4096)  # a visitor sends several beacons: page views, engagement, events
+def client_of(client_ip: str, user_agent: str, salt: bytes) -> Client:
+    """The :class:`Client` for this IP and user agent under today's salt."""
+    return Client(client_ip, user_agent, salt)
 
 
 @dataclass(frozen=True)
@@ -226,8 +234,8 @@ def page_of(url: str, referrer: str | None, hash_routing: bool) -> Page:
     return Page(page, classify_referrer(referrer, page.hostname, query), utm, click_id)
 
 
-def event_record(beacon: Beacon, client: Client, *, hash_routing: bool = False) -> EventRecord:
-    """The stored event, from a validated beacon and the client that sent it."""
+def event_record(beacon: Beacon, client: Client, ts_received: int, *, hash_routing: bool = False) -> EventRecord:
+    """The stored event, from a validated beacon, the client that sent it and when it arrived."""
     referrer = beacon.r or None
     page = page_of(beacon.u, referrer, hash_routing)
     url, acquisition, agent, utm = page.url, page.acquisition, client.agent, page.utm
@@ -243,8 +251,8 @@ def event_record(beacon: Beacon, client: Client, *, hash_routing: bool = False) 
         beacon.ti,  # title
         beacon.te,  # ts_event
         beacon.ts,  # ts_sent
-        client.ts_received,  # ts_received
-        skew_corrected_time(beacon.te, beacon.ts, client.ts_received),  # event_time
+        ts_received,  # ts_received
+        skew_corrected_time(beacon.te, beacon.ts, ts_received),  # event_time
         beacon.w,  # screen_w
         beacon.l,  # language
         beacon.z,  # tz
@@ -274,4 +282,5 @@ def event_record(beacon: Beacon, client: Client, *, hash_routing: bool = False) 
 
 def enrich(beacon: Beacon, facts: RequestFacts, *, salt: bytes, hash_routing: bool = False) -> PageViewEvent:
     """Build the stored event from a validated beacon and the request it came with."""
-    return event_record(beacon, Client(facts, salt), hash_routing=hash_routing).event()
+    client = Client(facts.client_ip, facts.user_agent, salt)
+    return event_record(beacon, client, facts.ts_received, hash_routing=hash_routing).event()

@@ -16,7 +16,7 @@ from prometheus_client import Counter
 
 from ingest.beacon import ParsedBody, Rejection
 from ingest.durable import DurableLog
-from ingest.enrich import Client, EnrichError, RequestFacts, event_record
+from ingest.enrich import EnrichError, RequestFacts, client_of, event_record
 from ingest.event_record import EventRecord, encode_record
 from ingest.ratelimit import RateLimiter
 from ingest.salts import SaltStore
@@ -90,12 +90,12 @@ class Pipeline:
         invalid = list(parsed.invalid)
         if not parsed.beacons:
             return events, invalid
-        # UA, country, client hash and visitor id belong to the client: once per request, not per event.
-        client = Client(facts, self.salts.salt_for(facts.ts_received))
+        # UA, country, client hash and visitor id belong to the client: worked out once for all its events.
+        client = client_of(facts.client_ip, facts.user_agent, self.salts.salt_for(facts.ts_received))
         for beacon in parsed.beacons:
             site = self.settings.site(beacon.s)
             try:
-                event = event_record(beacon, client, hash_routing=bool(site and site.hash_routing))
+                event = event_record(beacon, client, facts.ts_received, hash_routing=bool(site and site.hash_routing))
             except EnrichError as e:
                 error = {"field": "u (url)", "error": str(e)}
                 invalid.append((msgspec.structs.asdict(beacon), Rejection(422, "invalid_url", str(e), (error,))))

@@ -87,7 +87,9 @@ class RateLimiter:
         if pageviews and seen + pageviews > client_limit_per_hour:
             retry = _seconds((hour + 1) * HOUR_MS - now_ms)
             return Verdict(False, f"more than {client_limit_per_hour} page views per hour from this client", retry)
-        bucket = self._site_buckets.setdefault(site_id, TokenBucket(self.site_events_per_second))
+        bucket = self._site_buckets.get(site_id)
+        if bucket is None:
+            bucket = self._site_buckets[site_id] = TokenBucket(self.site_events_per_second)
         if not bucket.take(events, now_ms):
             return Verdict(False, f"site over {self.site_events_per_second:g} events per second", 1)
         self._client_pageviews[client_hash] = seen + pageviews

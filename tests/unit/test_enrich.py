@@ -136,7 +136,7 @@ def test_the_event_record_holds_every_field_where_the_schema_has_it_and_encodes_
         Beacon,
     )
     facts = RequestFacts("81.2.69.142", IPHONE, 2000)
-    record = event_record(beacon, Client(facts, b"s"))
+    record = event_record(beacon, Client(facts.client_ip, facts.user_agent, b"s"), facts.ts_received)
     assert record.fields() == {
         "event_id": "0b9f7f2e-8f2a-4c1e-9a53-6f0b3c1d2e4f",
         "type": "event",
@@ -181,7 +181,7 @@ def test_the_event_record_holds_every_field_where_the_schema_has_it_and_encodes_
 
 
 def test_a_client_hashes_its_visitor_id_once_per_site() -> None:
-    client = Client(RequestFacts("203.0.113.9", CHROME, 2000), b"salt")
+    client = Client("203.0.113.9", CHROME, b"salt")
     assert client.visitor_id("a.com") == visitor_id(b"salt", "a.com", "203.0.113.9", CHROME)
     assert client.visitor_id("b.com") == visitor_id(b"salt", "b.com", "203.0.113.9", CHROME)
     assert client.client_hash == client_hash(b"salt", "203.0.113.9")
