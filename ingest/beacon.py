@@ -123,7 +123,13 @@ class Beacon(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 class BeaconSchema(BaseModel):
     """The rules of :class:`Beacon` for pydantic: field-level errors, and the OpenAPI schema."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, title="Beacon")
+    model_config = ConfigDict(
+        extra="ignore",
+        frozen=True,
+        strict=True,
+        title="Beacon",
+        json_schema_extra={"description": "One event as the tracker sends it (schema version 1)."},
+    )
 
     v: int = Field(default=SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
     id: str = Field(pattern=f"^{UUID_HEX}$")

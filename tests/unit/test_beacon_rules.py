@@ -93,3 +93,11 @@ def test_both_definitions_list_the_same_fields_with_the_same_bounds() -> None:
         default = f.default_factory() if f.default_factory is not msgspec.NODEFAULT else f.default
         if default is not msgspec.NODEFAULT:
             assert BeaconSchema.model_fields[f.name].get_default(call_default_factory=True) == default, f.name
+
+
+def test_the_openapi_schema_describes_the_wire_format_not_the_parser() -> None:
+    schema = BeaconSchema.model_json_schema()
+    assert (schema["title"], schema["description"]) == (
+        "Beacon",
+        "One event as the tracker sends it (schema version 1).",
+    )
