@@ -89,6 +89,11 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
         if up.returncode != 0:
             raise RuntimeError(f"tally up failed:\n{up.stderr[-3000:]}")
         peak = 2 * rate if rate else ramp(port, beacons, 2.0 if quick else 4.0, "soak peak")
+        if peak <= 0:
+            raise RuntimeError(
+                "ingest did not sustain even the ramp's lowest rate (every request 2xx, p99 < 100 ms): is the"
+                " machine busy with other work? Retry on a quieter machine, or give the rate with --rate"
+            )
         soak_rate = rate or peak / 2
         how = "given with --rate" if rate else f"half of the {peak:,.0f}/s peak measured on this stack"
         print(f"soak: {soak_rate:,.0f} events/s ({how}) for {minutes:g} min", flush=True)
