@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,19 +118,12 @@ def test_a_consumed_batch_knows_its_dead_letters_and_the_next_offset_of_each_par
 
 
 @pytest.fixture
-def archiver_over_nothing(tmp_path: Path) -> Iterator[Archiver]:
+def archiver_over_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Archiver]:
     """An archiver over an empty warehouse; its consumer is never polled (no broker needed)."""
     env = {"TALLY_HOME": str(tmp_path), "TALLY_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9", "TALLY_ENV": "test"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        archiver = Archiver(load_settings())
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    archiver = Archiver(load_settings())
     archiver.consumer.close()
     yield archiver
 
