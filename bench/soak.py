@@ -111,7 +111,8 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
             print(f"  minute {segment}: {summary(run)}", flush=True)
         stop.set()
         sampler.join()
-        scan = scan_at_rest(home, set(CLIENT_IPS), f"127.0.0.1:{env['TALLY_KAFKA__PORT']}")
+        # Half an hour of traffic is ~10^5-10^6 records: reading them all back takes minutes, not one.
+        scan = scan_at_rest(home, set(CLIENT_IPS), f"127.0.0.1:{env['TALLY_KAFKA__PORT']}", kafka_timeout=1800)
         print(f"leak scan: {scan.summary()}", flush=True)
     finally:
         stop.set()

@@ -231,10 +231,11 @@ def scan_kafka(servers: str, ips: set[str], result: ScanResult, timeout: float =
         consumer.close()
 
 
-def scan_at_rest(home: Path, ips: set[str], kafka_servers: str | None) -> ScanResult:
-    """Search everything under ``home`` (and the topics of a running broker) for ``ips``."""
+def scan_at_rest(home: Path, ips: set[str], kafka_servers: str | None, *, kafka_timeout: float = 60.0) -> ScanResult:
+    """Search everything under ``home`` (and the topics of a running broker, read to the end
+    within ``kafka_timeout`` seconds) for ``ips``."""
     result = ScanResult()
     scan_files(home, ips, result)
     if kafka_servers:
-        scan_kafka(kafka_servers, ips, result)
+        scan_kafka(kafka_servers, ips, result, timeout=kafka_timeout)
     return result
