@@ -72,6 +72,14 @@ def _sample(home: Path, started: float, stop: threading.Event, rows: list[tuple[
         rows.extend((now, name, mib) for name, mib in rss_by_service(home).items())
 
 
+def _write_series(rows: list[tuple[float, str, float]]) -> None:
+    with open(SERIES, "w", newline="") as f:
+        csv.writer(f).writerows(
+            [("seconds", "process", "resident_mib"), *((f"{t:.0f}", n, f"{m:.1f}") for t, n, m in rows)]
+        )
+    print(f"memory samples: {SERIES}", flush=True)
+
+
 def measure(quick: bool = False, *, minutes: float | None = None, rate: float | None = None) -> list[Figure]:
     """One soak run on a private stack; the figures are slopes, sizes, latency and the leak scan."""
     minutes = minutes or (3.0 if quick else 30.0)
@@ -111,6 +119,7 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
             print(f"  minute {segment}: {summary(run)}", flush=True)
         stop.set()
         sampler.join()
+        _write_series(rows)  # before the leak scan, so the samples outlive a failed scan
         # Half an hour of traffic is ~10^5-10^6 records: reading them all back takes minutes, not one.
         scan = scan_at_rest(home, set(CLIENT_IPS), f"127.0.0.1:{env['TALLY_KAFKA__PORT']}", kafka_timeout=1800)
         print(f"leak scan: {scan.summary()}", flush=True)
@@ -130,10 +139,6 @@ def _figures(
     leaks: list[Match],
     chance: int,
 ) -> list[Figure]:
-    with open(SERIES, "w", newline="") as f:
-        csv.writer(f).writerows(
-            [("seconds", "process", "resident_mib"), *((f"{t:.0f}", n, f"{m:.1f}") for t, n, m in rows)]
-        )
     ordered = sorted(latencies)
     figures = [
         Figure("soak rate", rate, "events/s", note=how),
