@@ -20,6 +20,10 @@ from tally.settings import Settings
 from tally.storage import delta_uri, storage_options
 
 APP_ID_PREFIX = "tally-archiver"
+# A DeltaTable that commits through itself keeps growing (≈170 KB a commit, measured with
+# deltalake 1.6: 130 MiB in a 30-minute soak). Reopened every this many commits, it reads the
+# newest checkpoint (delta-rs writes one every 100 commits) and its memory stays bounded.
+REOPEN_EVERY_COMMITS = 100
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "STRING": pa.string(),
@@ -96,6 +100,7 @@ class ArchiveTable:
         self.schema = schema
         self.partition_by = partition_by
         self._table: DeltaTable | None = None
+        self._commits_since_open = 0
         # The archiver is the tables' only writer, so after the first read of the Delta log
         # its own commits keep this exact; no log re-read per batch.
         self._next: dict[tuple[str, int], int | None] = {}
@@ -136,8 +141,10 @@ class ArchiveTable:
             storage_options=self.options,
         )
         self._next.update(batch.next_offsets)
-        if self._table is None:
+        self._commits_since_open += 1
+        if self._table is None or self._commits_since_open >= REOPEN_EVERY_COMMITS:
             self._table = DeltaTable(self.uri, storage_options=self.options)
+            self._commits_since_open = 0
 
 
 def raw_tables(settings: Settings) -> dict[str, ArchiveTable]:
