@@ -87,3 +87,24 @@ def test_an_ip_in_an_lz4_compressed_spark_state_file_is_found(tmp_path: Path) ->
     result = scan(tmp_path)
     assert result.decompressed_state_files == 1
     assert [(m.where.endswith("(decompressed)"), m.form) for m in result.leaks] == [(True, "text")]
+
+
+def test_hex_text_beside_an_lz4_token_is_chance_but_a_packed_ip_in_the_state_is_a_leak(tmp_path: Path) -> None:
+    # Seen in a 30-minute soak: LZ4 keeps an event id's hex digits as literals, and "…fd3" followed
+    # by the token byte 0xc6 is 198.51.100.102 packed little-endian. Only the decompressed bytes count.
+    ip = "198.51.100.102"
+    packed_le = ipaddress.IPv4Address(ip).packed[::-1]
+    assert packed_le == b"fd3\xc6"
+    # One sequence: 200 zeros and an id's hex digits as literals, then a 4-byte match at offset
+    # 0x00c6 (whose low byte follows the literals); then the literal "z".
+    literals = bytes(200) + b"0a9e1c5b-cfd3"
+    block = bytes([0xF0, len(literals) - 15]) + literals + bytes([0xC6, 0x00]) + bytes([0x10]) + b"z"
+    (tmp_path / "2.snapshot").write_bytes(lz4_java_stream(block, len(literals) + 5))
+    result = scan(tmp_path, {ip})
+    assert result.leaks == []
+    assert [m.form for m in result.chance] == ["packed-le"]
+
+    state = b"\0" * 64 + ipaddress.IPv4Address(ip).packed + b"\0" * 64
+    (tmp_path / "3.snapshot").write_bytes(lz4_java_stream(lz4_literals_only(state), len(state)))
+    result = scan(tmp_path, {ip})
+    assert [(Path(m.where.split(" ")[0]).name, m.form) for m in result.leaks] == [("3.snapshot", "packed-be")]
