@@ -122,12 +122,15 @@ def _config_path(settings: Settings, node: BrokerNode | None = None, voters: Seq
     return conf
 
 
-def _java_command(settings: Settings, main_class: str, *args: str, heap: str) -> list[str]:
+def _java_command(settings: Settings, main_class: str, *args: str, heap: str, pretouch: bool = False) -> list[str]:
     log4j = settings.home_dir / "kafka" / "log4j2.yaml"
     return [
         java_binary(),
         f"-Xms{heap}",
         f"-Xmx{heap}",
+        # The broker's heap is fixed (-Xms = -Xmx): back all of it at start, so its memory is known
+        # (and refused) at once, not taken page by page over the first half hour of traffic.
+        *(["-XX:+AlwaysPreTouch"] if pretouch else []),
         "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={log4j}",
@@ -165,7 +168,8 @@ def ensure_formatted(
 
 def broker_command(settings: Settings, node: BrokerNode | None = None, voters: Sequence[BrokerNode] = ()) -> list[str]:
     """The command line that runs a node (the bundled broker by default) in the foreground."""
-    return _java_command(settings, "kafka.Kafka", str(_config_path(settings, node, voters)), heap=settings.kafka.heap)
+    conf = str(_config_path(settings, node, voters))
+    return _java_command(settings, "kafka.Kafka", conf, heap=settings.kafka.heap, pretouch=True)
 
 
 def console_consumer_command(settings: Settings, topic: str, *extra: str) -> list[str]:
