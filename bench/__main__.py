@@ -8,6 +8,8 @@ shortens every run (the file then says so). The soak runs only when named (``--o
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import logging
 import sys
 
@@ -26,8 +28,10 @@ BENCHMARKS = [
         "Ingest: open loop, side by side with a bare endpoint",
         ingest.measure,
         f"{PY} bench.ingest",
-        note="Open-loop load from `bench/loadgen.py` on the same 2 cores as the servers (2 uvicorn workers each);"
-        " peak = the highest step of the ramp with every request 2xx and p99 < 100 ms; latency at half of it.",
+        note="Open-loop load from `bench/loadgen.py` (64 keep-alive connections) on the same 2 cores as the servers"
+        " (2 uvicorn workers each). After a 30 s warm-up (the broker's JIT), peak = the highest step of the ramp"
+        " with every request 2xx and p99 < 100 ms, refined by halving the next step 3 times; latency at half"
+        " of it, and the CPU time each request cost the server's workers and the broker.",
     ),
     Benchmark("archiver", "Archiver: throughput and beacon -> raw latency", archiver.measure, f"{PY} bench.archiver"),
     Benchmark("views", "Streaming views: beacon -> agg.traffic_1m latency", views.measure, f"{PY} bench.views"),
@@ -72,7 +76,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", action="append", choices=sorted(BY_NAME), metavar="NAME", help="run only this one")
     parser.add_argument("--quick", action="store_true", help="short runs, one each: a smoke test of the harness")
     parser.add_argument("--runs", type=int, help="runs of each benchmark (default: its own, see bench/__main__.py)")
+    parser.add_argument(
+        "--soak-rate", type=float, help="the soak's events/s (default: half of the peak its own ramp measures)"
+    )
     args = parser.parse_args(argv)
+    if args.soak_rate:
+        BY_NAME["soak"] = dataclasses.replace(
+            BY_NAME["soak"],
+            measure=functools.partial(soak.measure, rate=args.soak_rate),
+            command=f"{PY} bench.soak --rate {args.soak_rate:g}",
+        )
     setup_logging()
     chosen = args.only or [b.name for b in BENCHMARKS if b.name not in ON_REQUEST]
     records = load_records()

@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 from bench.report import Figure, print_figures
+from bench.stack import cpu_seconds
 from tally import broker
 from tally.processes import Supervisor
 from tally.schema import PageViewEvent
@@ -147,15 +148,6 @@ def prefill(settings: Settings, events: int) -> None:
             except BufferError:
                 producer.poll(0.05)
     producer.flush(60)
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    """User + system CPU time of a process so far (0 once it has exited)."""
-    try:
-        times = process.cpu_times()
-    except psutil.NoSuchProcess:
-        return 0.0
-    return float(times.user + times.system)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,8 +13,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 from bench.loadgen import http_post, run_open_loop, summary, sustained
 from bench.report import Figure, print_figures
+from bench.stack import cpu_seconds
 from tally import broker
 from tally.processes import Service, Supervisor, port_in_use
 from tally.settings import load_settings
@@ -22,6 +25,7 @@ from tally.stack import services
 from tests.integration.conftest import free_ports, stack_env
 
 RATES = [250, 500, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 11000, 15000]
+WARMUP_RATE = 500
 SITE = "demo.tally.local"
 BARE_PEAK = "bare endpoint: peak sustained"
 UVICORN = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--log-level", "warning", "--no-access-log"]
@@ -67,16 +71,36 @@ def batched(port: int, salt: int, size: int) -> Callable[[int], bytes]:
     return make
 
 
-def ramp(port: int, make: Callable[[int, int], Callable[[int], bytes]], seconds: float, label: str) -> float:
-    """The highest offered rate that was sustained (requests/s), after a warm-up that is not counted."""
-    run_open_loop(port, make(port, 2_000_000_000), rate=100, seconds=3)  # connections, producer id, caches
-    peak = 0.0
+def ramp(
+    port: int,
+    make: Callable[[int, int], Callable[[int], bytes]],
+    seconds: float,
+    label: str,
+    *,
+    warmup_s: float = 30.0,
+    refine: int = 3,
+) -> float:
+    """The highest offered rate that was sustained (requests/s), after a warm-up that is not counted.
+
+    The warm-up runs at a moderate rate for ``warmup_s``: the Kafka broker is a JVM, and until its
+    JIT compiler has compiled the produce path it costs several times more CPU per event, on the
+    same two cores. Then the rate climbs through ``RATES``; the step between the last rate sustained
+    and the first one not sustained is then halved ``refine`` times.
+    """
+    run_open_loop(port, make(port, 2_000_000_000), rate=WARMUP_RATE, seconds=warmup_s)
+    peak, failed = 0.0, 0.0
     for n, rate in enumerate(RATES):
         run = run_open_loop(port, make(port, n * 10_000_000), rate=rate, seconds=seconds)
         print(f"  {label} ramp: {summary(run)}", flush=True)
         if not sustained(run):
+            failed = rate
             break
         peak = rate
+    for n in range(refine if failed and peak else 0):
+        rate = round((peak + failed) / 2)
+        run = run_open_loop(port, make(port, (len(RATES) + n) * 10_000_000), rate=rate, seconds=seconds)
+        print(f"  {label} refine: {summary(run)}", flush=True)
+        peak, failed = (rate, failed) if sustained(run) else (peak, rate)
     return peak
 
 
@@ -86,6 +110,7 @@ def measure(
     """One run: ramp each server to its highest sustained rate, then latency at half of it, then the batch endpoint."""
     step = step_seconds or (2.0 if quick else 4.0)
     half_s = half_seconds or (4.0 if quick else 8.0)
+    warmup_s = 5.0 if quick else 30.0
     home = Path(tempfile.mkdtemp(prefix="tally-bench-ingest-"))
     env = stack_env(home) | {
         "TALLY_RATELIMIT__CLIENT_PAGEVIEWS_PER_HOUR": "1000000000",
@@ -102,7 +127,7 @@ def measure(
         sup.start(services(settings)["broker"])
         broker.ensure_topics(settings)
         sup.start(services(settings)["ingest"])
-        sup.start(
+        bare = sup.start(
             Service(
                 "bare",
                 [*UVICORN, "bench.bare_app:app", "--port", str(bare_port), "--workers", workers],
@@ -112,10 +137,23 @@ def measure(
         )
         print(f"ingest benchmark: {workers} uvicorn workers each, open-loop client on the same 2 cores", flush=True)
         figures: list[Figure] = []
-        for label, port in (("bare endpoint", bare_port), ("ingest", settings.ingest.port)):
-            peak = ramp(port, single, step, label)
+        broker_process = psutil.Process(sup.start(services(settings)["broker"]).pid)
+        for label, port, name in (("bare endpoint", bare_port, "bare"), ("ingest", settings.ingest.port, "ingest")):
+            peak = ramp(port, single, step, label, warmup_s=warmup_s)
+            server = psutil.Process(sup.start(services(settings)["ingest"]).pid if name == "ingest" else bare.pid)
+            cpu_before = cpu_seconds(server, children=True), cpu_seconds(broker_process)
             half = run_open_loop(port, single(port, 900_000_000), rate=max(peak / 2, 1), seconds=half_s)
+            served, brokered = (
+                (cpu_seconds(server, children=True) - cpu_before[0]) / max(len(half.latencies_ms), 1) * 1e6,
+                (cpu_seconds(broker_process) - cpu_before[1]) / max(len(half.latencies_ms), 1) * 1e6,
+            )
             print(f"  {label} at half of its peak: {summary(half)}", flush=True)
+            cpu_note = "user + system, every worker, during the run at half of peak"
+            figures.append(Figure(f"{label}: server CPU per request", served, "µs", note=cpu_note))
+            if name == "ingest":
+                figures.append(
+                    Figure("ingest: Kafka broker CPU per request", brokered, "µs", note="incl. its idle background")
+                )
             if label == "ingest":  # side by side with the bare endpoint on the same server stack
                 figures.append(Figure(f"{label}: peak sustained", peak, "events/s", BARE_PEAK, "≥ 0.6× bare"))
             else:
@@ -123,7 +161,8 @@ def measure(
             for q, name in ((0.5, "p50"), (0.99, "p99"), (0.999, "p999")):
                 goal = "≤ 25 ms" if (label, name) == ("ingest", "p99") else ""
                 figures.append(Figure(f"{label}: {name} at half of peak", half.percentile(q), "ms", goal=goal))
-        batch_peak = ramp(settings.ingest.port, lambda p, s: batched(p, s, 50), step, "batch-50")
+        # The broker and ingest are warm by now: a short warm-up opens the connections.
+        batch_peak = ramp(settings.ingest.port, lambda p, s: batched(p, s, 50), step, "batch-50", warmup_s=3)
         figures.append(
             Figure("ingest: batch endpoint, 50 events a request", batch_peak * 50, "events/s", goal="≥ 100,000")
         )

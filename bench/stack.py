@@ -53,6 +53,19 @@ def rss_by_service(home: Path) -> dict[str, float]:
     return out
 
 
+def cpu_seconds(process: psutil.Process, *, children: bool = False) -> float:
+    """User + system CPU time of a process so far (0 once it has exited), optionally with its children's."""
+    total = 0.0
+    members = [process]
+    with contextlib.suppress(psutil.Error):
+        members += process.children(recursive=True) if children else []
+    for member in members:
+        with contextlib.suppress(psutil.Error):
+            times = member.cpu_times()
+            total += times.user + times.system
+    return total
+
+
 BUDGETS = {
     "broker": "heap ≈ 1 GiB",
     "ingest": "≤ 150 MiB a worker",
