@@ -124,9 +124,9 @@ def measure(
     workers = str(settings.ingest.workers)
     try:
         broker.ensure_formatted(settings)
-        sup.start(services(settings)["broker"])
+        broker_process = psutil.Process(sup.start(services(settings)["broker"]).pid)
         broker.ensure_topics(settings)
-        sup.start(services(settings)["ingest"])
+        ingest_run = sup.start(services(settings)["ingest"])
         bare = sup.start(
             Service(
                 "bare",
@@ -137,24 +137,23 @@ def measure(
         )
         print(f"ingest benchmark: {workers} uvicorn workers each, open-loop client on the same 2 cores", flush=True)
         figures: list[Figure] = []
-        broker_process = psutil.Process(sup.start(services(settings)["broker"]).pid)
-        for label, port, name in (("bare endpoint", bare_port, "bare"), ("ingest", settings.ingest.port, "ingest")):
+        servers = (("bare endpoint", bare_port, bare.pid), ("ingest", settings.ingest.port, ingest_run.pid))
+        for label, port, pid in servers:
             peak = ramp(port, single, step, label, warmup_s=warmup_s)
-            server = psutil.Process(sup.start(services(settings)["ingest"]).pid if name == "ingest" else bare.pid)
-            cpu_before = cpu_seconds(server, children=True), cpu_seconds(broker_process)
+            server = psutil.Process(pid)
+            server_cpu, broker_cpu = cpu_seconds(server, children=True), cpu_seconds(broker_process)
             half = run_open_loop(port, single(port, 900_000_000), rate=max(peak / 2, 1), seconds=half_s)
-            served, brokered = (
-                (cpu_seconds(server, children=True) - cpu_before[0]) / max(len(half.latencies_ms), 1) * 1e6,
-                (cpu_seconds(broker_process) - cpu_before[1]) / max(len(half.latencies_ms), 1) * 1e6,
-            )
+            per_request = 1e6 / max(len(half.latencies_ms), 1)  # CPU seconds -> µs per request
             print(f"  {label} at half of its peak: {summary(half)}", flush=True)
+            served = (cpu_seconds(server, children=True) - server_cpu) * per_request
             cpu_note = "user + system, every worker, during the run at half of peak"
             figures.append(Figure(f"{label}: server CPU per request", served, "µs", note=cpu_note))
-            if name == "ingest":
+            if label == "ingest":
+                brokered = (cpu_seconds(broker_process) - broker_cpu) * per_request
                 figures.append(
                     Figure("ingest: Kafka broker CPU per request", brokered, "µs", note="incl. its idle background")
                 )
-            if label == "ingest":  # side by side with the bare endpoint on the same server stack
+                # side by side with the bare endpoint on the same server stack
                 figures.append(Figure(f"{label}: peak sustained", peak, "events/s", BARE_PEAK, "≥ 0.6× bare"))
             else:
                 figures.append(Figure(BARE_PEAK, peak, "events/s"))
