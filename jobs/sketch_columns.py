@@ -1,4 +1,4 @@
-"""Spark column functions over Tally's sketches: t-digests built and merged in pandas UDFs.
+"""Spark column functions over Tally's sketches: t-digests built in an Arrow UDF, merged in a pandas UDF.
 
 HLL sketches need no UDF: Spark's built-in ``hll_sketch_agg``/``hll_union_agg`` write the
 Apache DataSketches format that ``tally.sketches`` (and the dashboard) read back.
@@ -7,24 +7,32 @@ Apache DataSketches format that ``tally.sketches`` (and the dashboard) read back
 from __future__ import annotations
 
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.functions import pandas_udf
+from pyspark.sql.pandas.functions import arrow_udf, pandas_udf
 from pyspark.sql.types import BinaryType
 
-from tally.sketches import HLL_LG_K, digest_from_values, merge_digests
+from tally.digest_columns import digests_from_lists
+from tally.sketches import HLL_LG_K, merge_digests
 
 
-def _values_to_digests(values: pd.Series) -> pd.Series:
-    return values.map(lambda v: digest_from_values(v) if v is not None and len(v) else None)
+def _values_to_digests(values: pa.Array) -> pa.Array:
+    # The list column arrives as Arrow buffers; the whole batch is sorted at once in numpy
+    # (a pandas UDF would first turn every list into a Python object, then build one by one).
+    lists = values.cast(pa.list_(pa.float64())).fill_null([])
+    packed = digests_from_lists(lists.flatten().to_numpy(zero_copy_only=False), lists.offsets.to_numpy())
+    validity = pa.array(packed.valid).buffers()[1]
+    buffers = [validity, pa.py_buffer(packed.offsets), pa.py_buffer(packed.data)]
+    return pa.Array.from_buffers(pa.binary(), len(packed.valid), buffers, null_count=int((~packed.valid).sum()))
 
 
 def _digests_to_digest(digests: pd.Series) -> pd.Series:
     return digests.map(lambda d: merge_digests(list(d)) if d is not None and len(d) else None)
 
 
-# Scalar pandas UDFs (Arrow batches): one digest per row, built or merged in numpy.
-_digest_of_values = pandas_udf(_values_to_digests, BinaryType())  # type: ignore[call-overload]
+# Scalar UDFs over Arrow batches: one digest per row, built or merged in numpy.
+_digest_of_values = arrow_udf(_values_to_digests, BinaryType())  # type: ignore[call-overload]
 _digest_of_digests = pandas_udf(_digests_to_digest, BinaryType())  # type: ignore[call-overload]
 
 

@@ -90,8 +90,8 @@ def with_digests(minutes: DataFrame) -> DataFrame:
         "pageviews",
         "events",
         "visitors_sketch",
-        digest_of_values(F.sort_array("engagement_values")).alias("engagement_ms_digest"),
-        digest_of_values(F.sort_array("load_values")).alias("load_ms_digest"),
+        digest_of_values(F.col("engagement_values")).alias("engagement_ms_digest"),
+        digest_of_values(F.col("load_values")).alias("load_ms_digest"),
         event_date("window_start"),
     )
 
