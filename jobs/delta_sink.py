@@ -46,12 +46,22 @@ def table_exists(spark: SparkSession, uri: str) -> bool:
 _created: set[str] = set()  # tables this process has already created (or found)
 
 
-def upsert(batch: DataFrame, spec: ViewSpec, settings: Settings, *, dates: list[dt.date] | None = None) -> None:
+def upsert(
+    batch: DataFrame,
+    spec: ViewSpec,
+    settings: Settings,
+    *,
+    dates: list[dt.date] | None = None,
+    within: tuple[str, dt.datetime, dt.datetime] | None = None,
+) -> None:
     """MERGE view rows into the view's table by its keys, creating the table on first use.
 
     Rows carry absolute values (whole windows, whole sessions), so replaying a micro-batch
     after a crash writes the same values again: the sink is idempotent. ``dates``, when the
-    caller knows them, saves a pass over the batch to find its partitions.
+    caller knows them, saves a pass over the batch to find its partitions. ``within`` =
+    (key column, lo, hi), when every batch row has ``lo <= column <= hi``, lets Delta skip the
+    files of the day whose range of that column lies outside: a micro-batch touching the last
+    minutes then reads a few files instead of the whole day's.
     """
     spark = batch.sparkSession
     uri = settings.table_uri(spec.table)
@@ -70,7 +80,13 @@ def upsert(batch: DataFrame, spec: ViewSpec, settings: Settings, *, dates: list[
         _created.add(uri)
     # The literal date list lets Delta prune partitions: a MERGE must not scan the whole table.
     in_dates = ", ".join(f"DATE'{d}'" for d in sorted(set(dates)))
-    condition = " AND ".join([f"t.`{spec.partition_by}` IN ({in_dates})", *(f"t.`{k}` <=> s.`{k}`" for k in spec.keys)])
+    condition = F.expr(
+        " AND ".join([f"t.`{spec.partition_by}` IN ({in_dates})", *(f"t.`{k}` <=> s.`{k}`" for k in spec.keys)])
+    )
+    if within is not None:
+        column, lo, hi = within
+        assert column in spec.keys, f"{column} must be a key of {spec.table}: a matching row shares its value"
+        condition = condition & F.col(f"t.`{column}`").between(F.lit(lo), F.lit(hi))
 
     def merge() -> None:
         (

@@ -30,6 +30,7 @@ LATE_ROWS = Counter("tally_views_late_events", "Events dropped by a view for bei
 BATCHES = Counter("tally_views_batches", "Micro-batches completed", ["query"])
 INPUT_ROWS = Counter("tally_views_input_rows", "Kafka rows read by a view query", ["query"])
 WATERMARK = Gauge("tally_views_watermark_seconds", "Event-time watermark of a view query (epoch s)", ["query"])
+BATCH_SECONDS = Gauge("tally_views_batch_seconds", "Duration of a view query's last micro-batch", ["query"])
 
 _SCHEMA = "query STRING, batch_id BIGINT, recorded_at TIMESTAMP, watermark TIMESTAMP, late_rows BIGINT, event_date DATE"
 
@@ -66,6 +67,20 @@ class LateEventsListener(StreamingQueryListener):
         late = sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
         BATCHES.labels(name).inc()
         INPUT_ROWS.labels(name).inc(progress.numInputRows)
+        durations = progress.durationMs or {}
+        BATCH_SECONDS.labels(name).set(durations.get("triggerExecution", 0) / 1000)
+        if progress.numInputRows:
+            # One line per batch that read events: where a view's latency goes (the sink is addBatch).
+            log.info(
+                "view batch",
+                extra=kv(
+                    query=name,
+                    batch_id=progress.batchId,
+                    rows=progress.numInputRows,
+                    total_ms=durations.get("triggerExecution"),
+                    sink_ms=durations.get("addBatch"),
+                ),
+            )
         watermark = _parse_time((progress.eventTime or {}).get("watermark"))
         if watermark is not None:
             WATERMARK.labels(name).set(watermark.timestamp())

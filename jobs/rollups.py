@@ -77,17 +77,17 @@ def roll_up(spark: SparkSession, settings: Settings, touched: Touched) -> None:
     lo, hi = touched.first, touched.last
     hour_lo, hour_hi = truncate(lo, "hour"), truncate(hi, "hour") + dt.timedelta(hours=1)
     hours = traffic.roll_up(read_range(TRAFFIC_1M, settings, spark, touched.sites, hour_lo, hour_hi), "hour")
-    upsert(hours, TRAFFIC_1H, settings, dates=days_between(lo, hi))
+    upsert(hours, TRAFFIC_1H, settings, dates=days_between(lo, hi), within=("window_start", hour_lo, hour_hi))
     day_lo, day_hi = truncate(lo, "day"), truncate(hi, "day") + dt.timedelta(days=1)
     days = traffic.roll_up(read_range(TRAFFIC_1H, settings, spark, touched.sites, day_lo, day_hi), "day")
-    upsert(days, TRAFFIC_1D, settings, dates=days_between(lo, hi))
+    upsert(days, TRAFFIC_1D, settings, dates=days_between(lo, hi), within=("window_start", day_lo, day_hi))
     # Hopping windows holding a touched minute start up to 4 minutes before it.
     first, last = lo - dt.timedelta(minutes=4), hi + dt.timedelta(minutes=5)
     around = read_range(TRAFFIC_1M, settings, spark, touched.sites, first, last)
     active = traffic.active_visitors(around).where(
         (F.col("window_start") >= F.lit(first)) & (F.col("window_start") <= F.lit(hi))
     )
-    upsert(active, ACTIVE_5M, settings, dates=days_between(first, hi))
+    upsert(active, ACTIVE_5M, settings, dates=days_between(first, hi), within=("window_start", first, hi))
 
 
 class Rollups:

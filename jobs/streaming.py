@@ -46,6 +46,47 @@ log = logging.getLogger("tally.jobs.streaming")
 
 BatchWriter = Callable[[DataFrame, int], None]
 
+# Spark runs the jobs of the three queries and of the roll-ups first come, first served, so a
+# batch of the 1-minute view (what "realtime" shows) could queue behind a roll-up's MERGE. With
+# fair scheduling, the traffic query's pool gets most of the cores whenever it has work.
+LATENCY_POOL, BACKGROUND_POOL = "views-latency", "views-background"
+_POOL_WEIGHTS = {LATENCY_POOL: 4, BACKGROUND_POOL: 1}
+
+
+def scheduler_pools(settings: Settings) -> dict[str, str]:
+    """Spark settings for fair scheduling between the latency pool and the background pool."""
+    pools = "".join(
+        f'<pool name="{name}"><schedulingMode>FIFO</schedulingMode><weight>{weight}</weight>'
+        f"<minShare>{1 if name == LATENCY_POOL else 0}</minShare></pool>"
+        for name, weight in _POOL_WEIGHTS.items()
+    )
+    path = settings.home_dir / "spark" / "fairscheduler.xml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'<?xml version="1.0"?>\n<allocations>{pools}</allocations>\n')
+    return {"spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(path)}
+
+
+def in_pool(pool: str, writer: BatchWriter, *, persist: bool = True) -> BatchWriter:
+    """A query's batch writer running its Spark jobs in ``pool``.
+
+    ``persist``: compute the micro-batch once for the writer's several reads of it (its range,
+    its MERGE, its blocks), instead of once per read.
+    """
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        # foreachBatch calls back on a thread of its own: the pool is set where the jobs start.
+        batch.sparkSession.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+        if not persist:
+            writer(batch, batch_id)
+            return
+        batch.persist()
+        try:
+            writer(batch, batch_id)
+        finally:
+            batch.unpersist()
+
+    return write
+
 
 def kafka_events(spark: SparkSession, settings: Settings) -> DataFrame:
     """The event stream: decoded, watermarked on event time, duplicates (same event_id) dropped."""
@@ -75,15 +116,25 @@ def _touched(rows: DataFrame, ts_column: str) -> Touched | None:
 
 def write_traffic(settings: Settings, rollups: Rollups) -> BatchWriter:
     def write(batch: DataFrame, batch_id: int) -> None:
+        began = time.monotonic()
         minutes = traffic.with_digests(batch).persist()
         try:
             touched = _touched(minutes, "window_start")
             if touched is None:
                 return
-            upsert(minutes, TRAFFIC_1M, settings, dates=days_between(touched.first, touched.last))
+            computed = time.monotonic()
+            window = ("window_start", touched.first, touched.last)
+            upsert(minutes, TRAFFIC_1M, settings, dates=days_between(touched.first, touched.last), within=window)
             rollups.touch(touched)
             log.info(
-                "traffic batch written", extra=kv(batch_id=batch_id, first=str(touched.first), last=str(touched.last))
+                "traffic batch written",
+                extra=kv(
+                    batch_id=batch_id,
+                    first=str(touched.first),
+                    last=str(touched.last),
+                    compute_s=round(computed - began, 1),
+                    merge_s=round(time.monotonic() - computed, 1),
+                ),
             )
         finally:
             minutes.unpersist()
@@ -98,7 +149,7 @@ def write_sessions(settings: Settings) -> BatchWriter:
         if touched is None:
             return
         sites, lo, hi = touched.sites, touched.first, touched.last
-        upsert(batch, SESSIONS, settings, dates=days_between(lo, hi))
+        upsert(batch, SESSIONS, settings, dates=days_between(lo, hi), within=("session_start", lo, hi))
         for grain, spec, step in (("hour", VISITS_1H, dt.timedelta(hours=1)), ("day", VISITS_1D, dt.timedelta(days=1))):
             first, last = truncate(lo, grain), truncate(hi, grain) + step
             span = read_range(SESSIONS, settings, spark, sites, first, last, "session_start")
@@ -116,7 +167,11 @@ def write_ratelimit(settings: Settings) -> BatchWriter:
     producers: list[Producer] = []
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        upsert(batch, RATELIMIT, settings)
+        touched = _touched(batch, "window_start")
+        if touched is None:
+            return
+        lo, hi = touched.first, touched.last
+        upsert(batch, RATELIMIT, settings, dates=days_between(lo, hi), within=("window_start", lo, hi))
         heavy = batch.where(F.col("pageviews") > lowest_limit).select(
             "site_id", "client_hash", "pageviews", F.unix_millis("window_end")
         )
@@ -177,7 +232,7 @@ def default_checkpoints(settings: Settings) -> str:
 
 def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
     """Start the view queries (traffic, sessions, rate limit) and return them."""
-    spark = spark_session(settings, "tally-views")
+    spark = spark_session(settings, "tally-views", extra=scheduler_pools(settings))
     job = ViewJob(spark, settings, rollups=Rollups(settings))
     assert job.rollups is not None
     job.rollups.recover(spark)
@@ -189,17 +244,24 @@ def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
             "traffic",
             traffic.traffic_minutes(kafka_events(spark, settings)),
             "update",
-            write_traffic(settings, job.rollups),
+            in_pool(LATENCY_POOL, write_traffic(settings, job.rollups), persist=False),  # it persists its digests
         ),
-        ("sessions", sessions.sessions(kafka_events(spark, settings), gap), "append", write_sessions(settings)),
+        (
+            "sessions",
+            sessions.sessions(kafka_events(spark, settings), gap),
+            "append",
+            in_pool(BACKGROUND_POOL, write_sessions(settings)),
+        ),
         (
             "ratelimit",
             ratelimit.ratelimit_counts(kafka_events(spark, settings)),
             "update",
-            write_ratelimit(settings),
+            in_pool(BACKGROUND_POOL, write_ratelimit(settings)),
         ),
     ]
+    context = spark.sparkContext
     for name, rows, mode, writer in plans:
+        context.setLocalProperty("spark.scheduler.pool", LATENCY_POOL if name == "traffic" else BACKGROUND_POOL)
         query = (
             rows.writeStream.outputMode(mode)
             .foreachBatch(writer)
@@ -209,6 +271,8 @@ def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
             .start()
         )
         job.queries.append(query)
+    # The roll-ups and late-event records run on this (the main) thread.
+    context.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
     return job
 
 

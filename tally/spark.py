@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tally.bootstrap import check_java, spark_jars
@@ -40,12 +41,12 @@ def s3a_config(settings: Settings) -> dict[str, str]:
     return conf
 
 
-def spark_session(settings: Settings, app_name: str) -> SparkSession:
+def spark_session(settings: Settings, app_name: str, *, extra: Mapping[str, str] | None = None) -> SparkSession:
     """Build (or return the running) SparkSession for a Tally job.
 
     Small-machine defaults: the UI off, few shuffle partitions, Delta snapshot state in few
     partitions. ``spark.master`` comes from config, so the same job runs on ``local[*]`` or a
-    cluster without code changes.
+    cluster without code changes. ``extra`` adds Spark settings of one job's own.
     """
     from pyspark.sql import SparkSession
 
@@ -76,7 +77,7 @@ def spark_session(settings: Settings, app_name: str) -> SparkSession:
         .config("spark.sql.warehouse.dir", str(settings.home_dir / "spark" / "sql-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={local_dir}")
     )
-    for key, value in s3a_config(settings).items():
+    for key, value in {**s3a_config(settings), **(extra or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
