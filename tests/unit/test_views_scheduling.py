@@ -1,0 +1,25 @@
+"""The streaming job's fair-scheduler pools: the 1-minute view first, everything else behind it."""
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from jobs.streaming import BACKGROUND_POOL, LATENCY_POOL, scheduler_pools
+from tally.settings import load_settings
+
+
+def test_the_traffic_pool_outweighs_the_background_pool_in_the_allocation_file_spark_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    conf = scheduler_pools(load_settings())
+    assert conf["spark.scheduler.mode"] == "FAIR"
+    pools = {
+        pool.get("name"): (int(pool.findtext("weight") or 0), int(pool.findtext("minShare") or 0))
+        for pool in ET.parse(conf["spark.scheduler.allocation.file"]).getroot().iter("pool")
+    }
+    assert set(pools) == {LATENCY_POOL, BACKGROUND_POOL}
+    assert pools[LATENCY_POOL][0] > pools[BACKGROUND_POOL][0]
+    assert pools[LATENCY_POOL][1] >= 1, "the traffic query must get a core even while roll-ups run"
+    assert Path(conf["spark.scheduler.allocation.file"]).is_relative_to(tmp_path)
