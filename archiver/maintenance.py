@@ -10,9 +10,11 @@ import datetime as dt
 import logging
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from deltalake import DeltaTable
 
+from archiver.tables import maintenance_compacts_before
 from tally.log import kv
 from tally.settings import Settings
 from tally.storage import find_table
@@ -42,7 +44,8 @@ class MaintenanceReport:
 
 
 def maintain(settings: Settings, *, vacuum_hours: int, retention_days: int) -> list[MaintenanceReport]:
-    """Compact small files, drop rows past retention (0 = keep forever), VACUUM old files."""
+    """Compact small files (of the partitions the archiver no longer compacts), drop rows past
+    retention (0 = keep forever), VACUUM old files."""
     reports = []
     today = dt.datetime.now(dt.UTC).date()
     for name, date_column in RAW_TABLES.items():
@@ -53,12 +56,22 @@ def maintain(settings: Settings, *, vacuum_hours: int, retention_days: int) -> l
         if retention_days > 0:
             cutoff = today - dt.timedelta(days=retention_days)
             expired = int(table.delete(f"{date_column} < '{cutoff.isoformat()}'").get("num_deleted_rows", 0))
-        compacted = table.optimize.compact()
+        compacted = compact_older_partitions(table, date_column, today)
         vacuumed = table.vacuum(retention_hours=vacuum_hours, dry_run=False, enforce_retention_duration=False)
         report = MaintenanceReport(name, int(compacted.get("numFilesRemoved", 0)), len(vacuumed), expired)
         log.info("table maintained", extra=kv(**report.__dict__))
         reports.append(report)
     return reports
+
+
+def compact_older_partitions(table: DeltaTable, date_column: str, today: dt.date) -> dict[str, Any]:
+    """Compact the partitions the archiver no longer compacts itself (optimize metrics).
+
+    The recent ones are the archiver's: two concurrent compactions of the same files both
+    commit with delta-rs 1.6 and duplicate their rows, so the two must never overlap.
+    """
+    before = maintenance_compacts_before(today)
+    return dict(table.optimize.compact(partition_filters=[(date_column, "<", before.isoformat())]))
 
 
 @dataclass(frozen=True)
