@@ -14,7 +14,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from archiver.tables import maintenance_compacts_before
+from archiver.tables import maintenance_compacts_before, utc_today
 from tally.log import kv
 from tally.settings import Settings
 from tally.storage import find_table
@@ -47,7 +47,7 @@ def maintain(settings: Settings, *, vacuum_hours: int, retention_days: int) -> l
     """Compact small files (of the partitions the archiver no longer compacts), drop rows past
     retention (0 = keep forever), VACUUM old files."""
     reports = []
-    today = dt.datetime.now(dt.UTC).date()
+    today = utc_today()
     for name, date_column in RAW_TABLES.items():
         table = _open(settings, name)
         if table is None:
