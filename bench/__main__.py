@@ -28,7 +28,8 @@ BENCHMARKS = [
         "Ingest: open loop, side by side with a bare endpoint",
         ingest.measure,
         f"{PY} bench.ingest",
-        note="Open-loop load from `bench/loadgen.py` (64 keep-alive connections) on the same 2 cores as the servers"
+        note="Open-loop load from `bench/loadgen.py` on the same 2 cores as the servers: 64 keep-alive connections,"
+        " and a new one whenever all are busy (up to 1,024), so the client never holds a request back"
         " (2 uvicorn workers each). After a 30 s warm-up (the broker's JIT), peak = the highest step of the ramp"
         " with every request 2xx and p99 < 100 ms, refined by halving the next step 3 times; latency at half"
         " of it, and the CPU time each request cost the server's workers and the broker.",

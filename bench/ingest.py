@@ -24,7 +24,7 @@ from tally.settings import load_settings
 from tally.stack import services
 from tests.integration.conftest import free_ports, stack_env
 
-RATES = [250, 500, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 11000, 15000]
+RATES = [250, 500, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 11000, 15000, 20000, 25000]
 WARMUP_RATE = 500
 SITE = "demo.tally.local"
 BARE_PEAK = "bare endpoint: peak sustained"

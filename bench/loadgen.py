@@ -21,6 +21,7 @@ class Run:
     latencies_ms: list[float]
     errors: int
     statuses: dict[int, int]
+    connections: int = 0  # keep-alive connections opened in all (the first ones, and any opened when all were busy)
 
     @property
     def achieved(self) -> float:
@@ -52,15 +53,28 @@ def http_post(path: str, port: int, body: bytes, headers: dict[str, str]) -> byt
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-async def _run(port: int, make_request: Callable[[int], bytes], rate: float, seconds: float, connections: int) -> Run:
+async def _run(
+    port: int, make_request: Callable[[int], bytes], rate: float, seconds: float, connections: int, max_connections: int
+) -> Run:
     pool: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
     for _ in range(connections):
         pool.put_nowait(await asyncio.open_connection("127.0.0.1", port))
+    opened = connections
     result = Run(rate, seconds, [], 0, {})
     tasks: set[asyncio.Task[None]] = set()
 
+    async def connection() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """An idle connection, or a new one while under ``max_connections``: the pool must not
+        hold requests back (a closed loop in disguise), or a server whose answers take a few
+        milliseconds would be capped at ``connections`` / latency requests per second."""
+        nonlocal opened
+        if pool.empty() and opened < max_connections:
+            opened += 1
+            return await asyncio.open_connection("127.0.0.1", port)
+        return await pool.get()
+
     async def one(i: int, scheduled: float) -> None:
-        conn = await pool.get()
+        conn = await connection()
         try:
             status = await _request(*conn, make_request(i))
             result.statuses[status] = result.statuses.get(status, 0) + 1
@@ -86,6 +100,7 @@ async def _run(port: int, make_request: Callable[[int], bytes], rate: float, sec
     for task in tasks:
         task.cancel()
     result.errors += len(tasks)
+    result.connections = opened
     while not pool.empty():
         _, writer = pool.get_nowait()
         writer.close()
@@ -93,10 +108,20 @@ async def _run(port: int, make_request: Callable[[int], bytes], rate: float, sec
 
 
 def run_open_loop(
-    port: int, make_request: Callable[[int], bytes], *, rate: float, seconds: float, connections: int = 64
+    port: int,
+    make_request: Callable[[int], bytes],
+    *,
+    rate: float,
+    seconds: float,
+    connections: int = 64,
+    max_connections: int = 1024,
 ) -> Run:
-    """Send ``rate`` requests/s for ``seconds`` to 127.0.0.1:port and collect latencies."""
-    return asyncio.run(_run(port, make_request, rate, seconds, connections))
+    """Send ``rate`` requests/s for ``seconds`` to 127.0.0.1:port and collect latencies.
+
+    ``connections`` keep-alive connections are opened first; more are opened, up to
+    ``max_connections``, whenever every one is busy when a request is due.
+    """
+    return asyncio.run(_run(port, make_request, rate, seconds, connections, max_connections))
 
 
 def sustained(run: Run) -> bool:
@@ -108,7 +133,7 @@ def sustained(run: Run) -> bool:
 def summary(run: Run) -> str:
     return (
         f"{run.rate:8.0f}/s offered, {run.achieved:8.0f}/s answered, p50 {run.percentile(0.5):7.1f} ms, "
-        f"p99 {run.percentile(0.99):7.1f} ms, p999 {run.percentile(0.999):7.1f} ms, errors {run.errors}"
+        f"p99 {run.percentile(0.99):7.1f} ms, p999 {run.percentile(0.999):7.1f} ms, errors {run.errors}, {run.connections} connections"
     )
 
 
