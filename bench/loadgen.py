@@ -133,7 +133,8 @@ def sustained(run: Run) -> bool:
 def summary(run: Run) -> str:
     return (
         f"{run.rate:8.0f}/s offered, {run.achieved:8.0f}/s answered, p50 {run.percentile(0.5):7.1f} ms, "
-        f"p99 {run.percentile(0.99):7.1f} ms, p999 {run.percentile(0.999):7.1f} ms, errors {run.errors}, {run.connections} connections"
+        f"p99 {run.percentile(0.99):7.1f} ms, p999 {run.percentile(0.999):7.1f} ms, errors {run.errors}, "
+        f"{run.connections} connections"
     )
 
 

@@ -1,0 +1,78 @@
+"""bench.loadgen against a slow loopback server: the client must stay open-loop.
+
+A server that answers after 50 ms can serve ``connections / 0.05`` requests per second over a
+fixed pool. The generator must open more connections rather than hold requests back, or its
+"peak" would measure its own pool, not the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from bench.loadgen import http_post, run_open_loop, sustained
+
+DELAY_S = 0.05
+RESPONSE = b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\n{}"
+
+
+async def _serve(ready: threading.Event, port_box: list[int], stop: asyncio.Event) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+                await reader.readexactly(length)
+                await asyncio.sleep(DELAY_S)
+                writer.write(RESPONSE)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port_box.append(server.sockets[0].getsockname()[1])
+    ready.set()
+    async with server:
+        await stop.wait()
+
+
+@pytest.fixture
+def slow_server() -> Iterator[int]:
+    loop = asyncio.new_event_loop()
+    ready, port_box = threading.Event(), list[int]()
+    stop = asyncio.Event()
+    thread = threading.Thread(target=loop.run_until_complete, args=(_serve(ready, port_box, stop),), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    yield port_box[0]
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(10)
+
+
+def _request(port: int) -> Callable[[int], bytes]:
+    body = b'{"x":1}'
+    return lambda _i: http_post("/api/event", port, body, {"Content-Type": "text/plain"})
+
+
+def test_opens_connections_when_every_one_is_busy(slow_server: int) -> None:
+    # 2 connections at 50 ms a request carry 40 requests/s; 200/s must still be answered on time.
+    run = run_open_loop(slow_server, _request(slow_server), rate=200, seconds=1.0, connections=2)
+    assert run.errors == 0
+    assert run.statuses == {202: 200}
+    assert run.connections > 2
+    assert sustained(run), f"p99 {run.percentile(0.99):.0f} ms: requests waited for a connection"
+
+
+def test_max_connections_bounds_the_pool(slow_server: int) -> None:
+    # With the pool capped at 2 the same load queues in the client: latency climbs far past 50 ms.
+    run = run_open_loop(slow_server, _request(slow_server), rate=200, seconds=1.0, connections=2, max_connections=2)
+    assert run.connections == 2
+    assert run.percentile(0.99) > 500
+    assert not sustained(run)
