@@ -88,6 +88,12 @@ def in_pool(pool: str, writer: BatchWriter, *, persist: bool = True) -> BatchWri
     return write
 
 
+def trigger_seconds(settings: Settings, query: str) -> int:
+    """A query's micro-batch interval: the sessions query writes only closed visits, so it runs
+    less often and leaves the cores to the 1-minute view (``spark.sessions_trigger_seconds``)."""
+    return settings.spark.sessions_trigger_seconds if query == "sessions" else settings.spark.trigger_seconds
+
+
 def kafka_events(spark: SparkSession, settings: Settings) -> DataFrame:
     """The event stream: decoded, watermarked on event time, duplicates (same event_id) dropped."""
     k = settings.kafka
@@ -239,7 +245,7 @@ def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
     spark.streams.addListener(job.late)
     checkpoints = checkpoint_root or default_checkpoints(settings)
     gap = settings.spark.session_gap
-    plans: list[tuple[str, DataFrame, str, BatchWriter]] = [
+    plans: list[tuple[str, DataFrame, str, BatchWriter]] = [  # name, rows, output mode, writer
         (
             "traffic",
             traffic.traffic_minutes(kafka_events(spark, settings)),
@@ -261,12 +267,13 @@ def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
     ]
     context = spark.sparkContext
     for name, rows, mode, writer in plans:
+        trigger = trigger_seconds(settings, name)
         context.setLocalProperty("spark.scheduler.pool", LATENCY_POOL if name == "traffic" else BACKGROUND_POOL)
         query = (
             rows.writeStream.outputMode(mode)
             .foreachBatch(writer)
             .option("checkpointLocation", f"{checkpoints}/{name}")
-            .trigger(processingTime=f"{settings.spark.trigger_seconds} seconds")
+            .trigger(processingTime=f"{trigger} seconds")
             .queryName(name)
             .start()
         )

@@ -102,6 +102,9 @@ class SparkSettings:
     driver_memory: str = "1536m"
     shuffle_partitions: int = 4
     trigger_seconds: int = 5
+    # Sessions are written only once closed (session_gap + watermark after their last event), so
+    # their query gains nothing from the 1-minute view's short trigger; it yields the cores instead.
+    sessions_trigger_seconds: int = 30
     watermark: str = "10 minutes"
     session_gap: str = "30 minutes"
     rollup_seconds: float = 30.0  # how often the hour/day/5-minute views are re-rolled from the minutes

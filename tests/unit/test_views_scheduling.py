@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.streaming import BACKGROUND_POOL, LATENCY_POOL, scheduler_pools
+from jobs.streaming import BACKGROUND_POOL, LATENCY_POOL, scheduler_pools, trigger_seconds
 from tally.settings import load_settings
 
 
@@ -23,3 +23,13 @@ def test_the_traffic_pool_outweighs_the_background_pool_in_the_allocation_file_s
     assert pools[LATENCY_POOL][0] > pools[BACKGROUND_POOL][0]
     assert pools[LATENCY_POOL][1] >= 1, "the traffic query must get a core even while roll-ups run"
     assert Path(conf["spark.scheduler.allocation.file"]).is_relative_to(tmp_path)
+
+
+def test_the_sessions_query_runs_on_its_own_longer_trigger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_SPARK__TRIGGER_SECONDS", "5")
+    monkeypatch.setenv("TALLY_SPARK__SESSIONS_TRIGGER_SECONDS", "45")
+    settings = load_settings()
+    assert trigger_seconds(settings, "sessions") == 45
+    # The 1-minute view and the rate-limit counters (blocks within 30 s) keep the short one.
+    assert trigger_seconds(settings, "traffic") == trigger_seconds(settings, "ratelimit") == 5
