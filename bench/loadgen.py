@@ -70,11 +70,19 @@ async def _run(
         nonlocal opened
         if pool.empty() and opened < max_connections:
             opened += 1
-            return await asyncio.open_connection("127.0.0.1", port)
+            try:
+                return await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                opened -= 1
+                raise
         return await pool.get()
 
     async def one(i: int, scheduled: float) -> None:
-        conn = await connection()
+        try:
+            conn = await connection()
+        except OSError:  # refused (e.g. the server's accept queue is full): a failed request
+            result.errors += 1
+            return
         try:
             status = await _request(*conn, make_request(i))
             result.statuses[status] = result.statuses.get(status, 0) + 1

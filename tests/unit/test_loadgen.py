@@ -8,6 +8,7 @@ fixed pool. The generator must open more connections rather than hold requests b
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Callable, Iterator
 
@@ -75,4 +76,14 @@ def test_max_connections_bounds_the_pool(slow_server: int) -> None:
     run = run_open_loop(slow_server, _request(slow_server), rate=200, seconds=1.0, connections=2, max_connections=2)
     assert run.connections == 2
     assert run.percentile(0.99) > 500
+    assert not sustained(run)
+
+
+def test_a_refused_connection_counts_as_a_failed_request() -> None:
+    with socket.socket() as probe:  # a port with nothing listening on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run = run_open_loop(port, _request(port), rate=50, seconds=0.2, connections=0)
+    assert run.errors == 10
+    assert run.statuses == {}
     assert not sustained(run)
