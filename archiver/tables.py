@@ -187,9 +187,7 @@ class ArchiveTable:
             # delta-rs takes that for a conflict with the append, which then did not commit.
             # Reloaded, the table says so by its offsets; then the rows are written once more.
             log.warning("append conflicted, retrying", extra=kv(table=self.uri, error=str(e)))
-            self._table = DeltaTable(self.uri, storage_options=self.options)
-            self._commits_since_open = 0
-            if any(self._table.transaction_version(t.app_id) != t.version for t in txns):
+            if any(self._reopen().transaction_version(t.app_id) != t.version for t in txns):
                 self._write(data, txns)
         self._next.update(batch.next_offsets)
         self._written.update(d for d in pc.unique(data.column(self.partition_by)).to_pylist() if d is not None)
@@ -197,8 +195,13 @@ class ArchiveTable:
         if self._table is None or self._commits_since_open >= REOPEN_EVERY_COMMITS:
             if self._table is not None:
                 self._compact(self._table)
-            self._table = DeltaTable(self.uri, storage_options=self.options)
-            self._commits_since_open = 0
+            self._reopen()
+
+    def _reopen(self) -> DeltaTable:
+        """Load the table afresh (from its newest checkpoint) and restart the commit count."""
+        self._table = DeltaTable(self.uri, storage_options=self.options)
+        self._commits_since_open = 0
+        return self._table
 
     def _write(self, data: pa.Table, txns: list[Transaction]) -> None:
         # Writing through the loaded table object spares a replay of the Delta log per commit.
