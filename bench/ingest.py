@@ -72,35 +72,53 @@ def batched(port: int, salt: int, size: int) -> Callable[[int], bytes]:
 
 
 def ramp(
-    port: int,
+    servers: dict[str, int],
     make: Callable[[int, int], Callable[[int], bytes]],
     seconds: float,
-    label: str,
     *,
     warmup_s: float = 30.0,
     refine: int = 3,
-) -> float:
-    """The highest offered rate that was sustained (requests/s), after a warm-up that is not counted.
+) -> dict[str, float]:
+    """Each server's highest offered rate that was sustained (requests/s), ramped side by side.
 
-    The warm-up runs at a moderate rate for ``warmup_s``: the Kafka broker is a JVM, and until its
-    JIT compiler has compiled the produce path it costs several times more CPU per event, on the
-    same two cores. Then the rate climbs through ``RATES``; the step between the last rate sustained
-    and the first one not sustained is then halved ``refine`` times.
+    ``servers`` maps a label to a port. Each server first gets a warm-up at a moderate rate for
+    ``warmup_s`` that is not counted: the Kafka broker is a JVM, and until its JIT compiler has
+    compiled the produce path it costs several times more CPU per event, on the same two cores.
+    Then the rate climbs through ``RATES``, one step for each server in turn at every rate (the
+    order alternating from rate to rate), so a change in the shared machine's load lands on both
+    servers alike rather than on whichever ramp happened to run then. A server drops out at its
+    first step not sustained; the step between its last rate sustained and that one is then
+    halved ``refine`` times, again taking turns.
     """
-    run_open_loop(port, make(port, 2_000_000_000), rate=WARMUP_RATE, seconds=warmup_s)
-    peak, failed = 0.0, 0.0
+    for port in servers.values():
+        run_open_loop(port, make(port, 2_000_000_000), rate=WARMUP_RATE, seconds=warmup_s)
+    peak = dict.fromkeys(servers, 0.0)
+    failed = dict.fromkeys(servers, 0.0)
+
+    def step(label: str, rate: float, salt: int, kind: str) -> bool:
+        port = servers[label]
+        run = run_open_loop(port, make(port, salt * 10_000_000), rate=rate, seconds=seconds)
+        print(f"  {label} {kind}: {summary(run)}", flush=True)
+        return sustained(run)
+
     for n, rate in enumerate(RATES):
-        run = run_open_loop(port, make(port, n * 10_000_000), rate=rate, seconds=seconds)
-        print(f"  {label} ramp: {summary(run)}", flush=True)
-        if not sustained(run):
-            failed = rate
+        climbing = [label for label in servers if not failed[label]]
+        if not climbing:
             break
-        peak = rate
-    for n in range(refine if failed and peak else 0):
-        rate = round((peak + failed) / 2)
-        run = run_open_loop(port, make(port, (len(RATES) + n) * 10_000_000), rate=rate, seconds=seconds)
-        print(f"  {label} refine: {summary(run)}", flush=True)
-        peak, failed = (rate, failed) if sustained(run) else (peak, rate)
+        for label in climbing if n % 2 == 0 else climbing[::-1]:
+            if step(label, rate, n, "ramp"):
+                peak[label] = rate
+            else:
+                failed[label] = rate
+    for n in range(refine):
+        for label in servers:
+            if not (failed[label] and peak[label]):
+                continue
+            rate = round((peak[label] + failed[label]) / 2)
+            if step(label, rate, len(RATES) + n, "refine"):
+                peak[label] = rate
+            else:
+                failed[label] = rate
     return peak
 
 
@@ -138,8 +156,9 @@ def measure(
         print(f"ingest benchmark: {workers} uvicorn workers each, open-loop client on the same 2 cores", flush=True)
         figures: list[Figure] = []
         servers = (("bare endpoint", bare_port, bare.pid), ("ingest", settings.ingest.port, ingest_run.pid))
+        peaks = ramp({label: port for label, port, _ in servers}, single, step, warmup_s=warmup_s)
         for label, port, pid in servers:
-            peak = ramp(port, single, step, label, warmup_s=warmup_s)
+            peak = peaks[label]
             server = psutil.Process(pid)
             server_cpu, broker_cpu = cpu_seconds(server, children=True), cpu_seconds(broker_process)
             half = run_open_loop(port, single(port, 900_000_000), rate=max(peak / 2, 1), seconds=half_s)
@@ -161,7 +180,8 @@ def measure(
                 goal = "≤ 25 ms" if (label, name) == ("ingest", "p99") else ""
                 figures.append(Figure(f"{label}: {name} at half of peak", half.percentile(q), "ms", goal=goal))
         # The broker and ingest are warm by now: a short warm-up opens the connections.
-        batch_peak = ramp(settings.ingest.port, lambda p, s: batched(p, s, 50), step, "batch-50", warmup_s=3)
+        batch = ramp({"batch-50": settings.ingest.port}, lambda p, s: batched(p, s, 50), step, warmup_s=3)
+        batch_peak = batch["batch-50"]
         figures.append(
             Figure("ingest: batch endpoint, 50 events a request", batch_peak * 50, "events/s", goal="≥ 100,000")
         )

@@ -96,7 +96,7 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
         up = tally(env, "up")
         if up.returncode != 0:
             raise RuntimeError(f"tally up failed:\n{up.stderr[-3000:]}")
-        peak = 2 * rate if rate else ramp(port, beacons, 2.0 if quick else 4.0, "soak peak")
+        peak = 2 * rate if rate else ramp({"soak peak": port}, beacons, 2.0 if quick else 4.0)["soak peak"]
         if peak <= 0:
             raise RuntimeError(
                 "ingest did not sustain even the ramp's lowest rate (every request 2xx, p99 < 100 ms): is the"
