@@ -12,7 +12,17 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from tally.sketches import _HEADER, _MAGIC, _VERSION, COMPRESSION, BoolArray, FloatArray, _compress, digest_from_values
+from tally.sketches import (
+    COMPRESSION,
+    DIGEST_HEADER,
+    DIGEST_HEADER_DTYPE,
+    DIGEST_MAGIC,
+    DIGEST_VERSION,
+    BoolArray,
+    FloatArray,
+    digest_from_counts,
+    digest_from_values,
+)
 
 
 @dataclass(frozen=True)
@@ -30,20 +40,6 @@ class PackedDigests:
         raw = self.data.tobytes()
         o = self.offsets
         return [raw[o[i] : o[i + 1]] if self.valid[i] else None for i in range(self.valid.size)]
-
-
-_HEADER_DTYPE = np.dtype(
-    [
-        ("magic", "S3"),
-        ("version", "u1"),
-        ("n", "<u4"),
-        ("compression", "<f8"),
-        ("count", "<u8"),
-        ("min", "<f8"),
-        ("max", "<f8"),
-    ]
-)
-assert _HEADER_DTYPE.itemsize == _HEADER.size
 
 
 def digests_from_lists(
@@ -81,29 +77,28 @@ def digests_from_lists(
     # Lists with more distinct values are compressed one by one, as digest_from_values does.
     unique_bounds = np.concatenate([[0], np.cumsum(distinct)])
     compressed = {
-        int(i): _compress(
+        int(i): digest_from_counts(
             uniques[unique_bounds[i] : unique_bounds[i + 1]],
             counts[unique_bounds[i] : unique_bounds[i + 1]],
-            np.ones(int(distinct[i]), np.bool_),
-            compression,
-        ).to_bytes()
+            compression=compression,
+        )
         for i in np.flatnonzero(distinct > compression / 2)
     }
-    sizes = np.where(exact, _HEADER.size + 17 * distinct, 0)
+    sizes = np.where(exact, DIGEST_HEADER.size + 17 * distinct, 0)
     for i, raw in compressed.items():
         sizes[i] = len(raw)
     out_offsets = np.concatenate([[0], np.cumsum(sizes)])
     out = np.zeros(int(out_offsets[-1]), np.uint8)
     rows = np.flatnonzero(exact)
-    headers = np.zeros(rows.size, _HEADER_DTYPE)
-    headers["magic"], headers["version"], headers["compression"] = _MAGIC, _VERSION, compression
+    headers = np.zeros(rows.size, DIGEST_HEADER_DTYPE)
+    headers["magic"], headers["version"], headers["compression"] = DIGEST_MAGIC, DIGEST_VERSION, compression
     headers["n"], headers["count"] = distinct[rows], lengths[rows]
     headers["min"], headers["max"] = uniques[unique_bounds[rows]], uniques[unique_bounds[rows + 1] - 1]
-    _scatter(out, out_offsets[rows], headers.view(np.uint8).reshape(rows.size, _HEADER.size))
+    _scatter(out, out_offsets[rows], headers.view(np.uint8).reshape(rows.size, DIGEST_HEADER.size))
     # Each distinct value of an exact list: its mean, weight and point flag at its place in its digest.
     in_exact = exact[unique_row]
     owner, local = unique_row[in_exact], np.arange(uniques.size)[in_exact] - unique_bounds[unique_row[in_exact]]
-    base, n = out_offsets[owner] + _HEADER.size, distinct[owner]
+    base, n = out_offsets[owner] + DIGEST_HEADER.size, distinct[owner]
     _scatter(out, base + 8 * local, uniques[in_exact].astype("<f8").view(np.uint8).reshape(-1, 8))
     _scatter(out, base + 8 * n + 8 * local, counts[in_exact].astype("<f8").view(np.uint8).reshape(-1, 8))
     out[base + 16 * n + local] = 1

@@ -46,9 +46,24 @@ import numpy.typing as npt
 COMPRESSION = 200.0
 HLL_LG_K = 12
 
-_MAGIC = b"TDG"
-_VERSION = 1
-_HEADER = struct.Struct("<3sBIdQdd")
+# A serialized digest: this header (magic, version, centroids n, compression, count, min, max),
+# then n means (<f8), n weights (<f8) and n point flags (u1). DIGEST_HEADER_DTYPE is the same
+# header as a numpy record, for code that writes many digests at once (tally.digest_columns).
+DIGEST_MAGIC = b"TDG"
+DIGEST_VERSION = 1
+DIGEST_HEADER = struct.Struct("<3sBIdQdd")
+DIGEST_HEADER_DTYPE = np.dtype(
+    [
+        ("magic", "S3"),
+        ("version", "u1"),
+        ("n", "<u4"),
+        ("compression", "<f8"),
+        ("count", "<u8"),
+        ("min", "<f8"),
+        ("max", "<f8"),
+    ]
+)
+assert DIGEST_HEADER_DTYPE.itemsize == DIGEST_HEADER.size
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -67,7 +82,9 @@ class _Digest:
 
     def to_bytes(self) -> bytes:
         """Serialize in the layout documented in the module docstring."""
-        header = _HEADER.pack(_MAGIC, _VERSION, len(self.means), self.compression, self.count, self.min, self.max)
+        header = DIGEST_HEADER.pack(
+            DIGEST_MAGIC, DIGEST_VERSION, len(self.means), self.compression, self.count, self.min, self.max
+        )
         arrays = (self.means.astype("<f8"), self.weights.astype("<f8"), self.points.astype(np.uint8))
         return header + b"".join(a.tobytes() for a in arrays)
 
@@ -78,16 +95,19 @@ class _Digest:
         ``verify=False`` checks only the header and length; callers that parse many digests at
         once (``merge_digests``) check the concatenated centroids in one go instead.
         """
-        if len(raw) < _HEADER.size or raw[:3] != _MAGIC:
-            raise ValueError(f"not a Tally t-digest ({len(raw)} bytes, starts {raw[:4]!r}); expected magic {_MAGIC!r}")
-        _, version, n, compression, count, lo, hi = _HEADER.unpack_from(raw)
-        if version != _VERSION:
-            raise ValueError(f"t-digest format version {version} is not supported (this code reads {_VERSION})")
-        if len(raw) != _HEADER.size + 17 * n:
-            raise ValueError(f"corrupt t-digest: {n} centroids need {_HEADER.size + 17 * n} bytes, got {len(raw)}")
-        means = np.frombuffer(raw, "<f8", n, _HEADER.size).astype(np.float64)
-        weights = np.frombuffer(raw, "<f8", n, _HEADER.size + 8 * n).astype(np.float64)
-        points = np.frombuffer(raw, np.uint8, n, _HEADER.size + 16 * n).astype(np.bool_)
+        if len(raw) < DIGEST_HEADER.size or raw[:3] != DIGEST_MAGIC:
+            raise ValueError(
+                f"not a Tally t-digest ({len(raw)} bytes, starts {raw[:4]!r}); expected magic {DIGEST_MAGIC!r}"
+            )
+        _, version, n, compression, count, lo, hi = DIGEST_HEADER.unpack_from(raw)
+        if version != DIGEST_VERSION:
+            raise ValueError(f"t-digest format version {version} is not supported (this code reads {DIGEST_VERSION})")
+        if len(raw) != DIGEST_HEADER.size + 17 * n:
+            need = DIGEST_HEADER.size + 17 * n
+            raise ValueError(f"corrupt t-digest: {n} centroids need {need} bytes, got {len(raw)}")
+        means = np.frombuffer(raw, "<f8", n, DIGEST_HEADER.size).astype(np.float64)
+        weights = np.frombuffer(raw, "<f8", n, DIGEST_HEADER.size + 8 * n).astype(np.float64)
+        points = np.frombuffer(raw, np.uint8, n, DIGEST_HEADER.size + 16 * n).astype(np.bool_)
         if not verify:
             return cls(compression, count, lo, hi, means, weights, points)
         sorted_finite = bool(np.all(np.isfinite(means)) and np.all(np.diff(means) >= 0))
@@ -109,8 +129,12 @@ def digest_from_values(values: npt.ArrayLike | Sequence[float | None], *, compre
         return _empty(compression).to_bytes()
     # np.unique sorts, and turns each run of duplicates into one weighted point mass.
     uniques, counts = np.unique(data, return_counts=True)
-    weights = counts.astype(np.float64)
-    return _compress(uniques, weights, np.ones(uniques.size, np.bool_), compression).to_bytes()
+    return digest_from_counts(uniques, counts.astype(np.float64), compression=compression)
+
+
+def digest_from_counts(uniques: FloatArray, counts: FloatArray, *, compression: float = COMPRESSION) -> bytes:
+    """A serialized t-digest of sorted distinct finite values, each seen ``counts`` times (at least one value)."""
+    return _compress(uniques, counts, np.ones(uniques.size, np.bool_), compression).to_bytes()
 
 
 def merge_digests(digests: Iterable[bytes | None]) -> bytes | None:
