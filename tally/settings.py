@@ -100,7 +100,10 @@ class KafkaSettings:
 class SparkSettings:
     master: str = "local[*]"
     driver_memory: str = "1536m"
-    shuffle_partitions: int = 4
+    # 0 = one per core of a local master (local[*], local[N]); on a cluster, set it (2-3 x the
+    # executor cores). More partitions than cores only add tasks, state files and small output
+    # files to every micro-batch.
+    shuffle_partitions: int = 0
     trigger_seconds: int = 5
     # Sessions are written only once closed (session_gap + watermark after their last event), so
     # their query gains nothing from the 1-minute view's short trigger; it yields the cores instead.
@@ -110,6 +113,12 @@ class SparkSettings:
     rollup_seconds: float = 30.0  # how often the hour/day/5-minute views are re-rolled from the minutes
     metrics_port: int = 8794  # Prometheus /metrics of the streaming views on 127.0.0.1; 0 = off
     backfill_chunk_days: int = 7  # a backfill recomputes this many dates per Spark job (bounds memory)
+
+    def __post_init__(self) -> None:
+        if self.shuffle_partitions < 0:
+            raise SettingsError(
+                f"spark.shuffle_partitions: {self.shuffle_partitions} must be 0 (one per local core) or more"
+            )
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
+import os
 from pathlib import Path
 
 import pytest
 
 from tally.settings import SettingsError, load_settings
+from tally.spark import shuffle_partitions
 
 
 def write_conf(folder: Path, text: str, env: str | None = None, env_text: str = "") -> Path:
@@ -70,3 +72,33 @@ def test_the_shipped_config_files_load(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("TALLY_ENV", env)
         settings = load_settings()
         assert settings.sites, "the shipped config defines the demo site"
+
+
+@pytest.mark.parametrize(
+    ("master", "configured", "expected"),
+    [
+        ("local[2]", 0, 2),
+        ("local[8, 3]", 0, 8),
+        ("local", 0, 1),
+        ("local[*]", 0, len(os.sched_getaffinity(0))),
+        ("spark://10.0.0.5:7077", 0, None),  # a cluster: Spark's own default, unless set
+        ("spark://10.0.0.5:7077", 24, 24),
+        ("local[2]", 6, 6),
+    ],
+)
+def test_shuffle_partitions_default_to_one_per_local_core(
+    master: str, configured: int, expected: int | None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_SPARK__MASTER", master)
+    monkeypatch.setenv("TALLY_SPARK__SHUFFLE_PARTITIONS", str(configured))
+    assert shuffle_partitions(load_settings()) == expected
+
+
+def test_negative_shuffle_partitions_are_refused_with_the_key_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_SPARK__SHUFFLE_PARTITIONS", "-1")
+    with pytest.raises(SettingsError, match=r"spark\.shuffle_partitions"):
+        load_settings()
