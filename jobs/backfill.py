@@ -152,19 +152,20 @@ def _backfill_chunk(
     with _cached(context) as events:
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
         counts = {d: n for d, n in by_date.items() if start <= d <= end}
-        configured = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
-        with _shuffle_partitions(spark, shuffle_partitions_for(sum(by_date.values()), configured)):
-            views = compute_views(events, settings)
-            with _cached(views[TRAFFIC_1M]), _cached(views[TRAFFIC_1H]), _cached(views[SESSIONS]):
-                for spec in BACKFILL_VIEWS:
-                    bar.set_postfix_str(f"{start}..{end} {spec.table}")
-                    began = time.monotonic()
-                    replace_dates(views[spec], spec, settings, start=start, end=end, site_id=site_id)
-                    seconds = round(time.monotonic() - began, 1)
-                    log.info(
-                        "view backfilled", extra=kv(view=spec.table, start=str(start), end=str(end), seconds=seconds)
-                    )
-                    bar.update()
+        views = compute_views(events, settings)  # lazy: planned, with the partitions below, when cached
+        with (
+            _enough_shuffle_partitions(spark, sum(by_date.values())),
+            _cached(views[TRAFFIC_1M]),
+            _cached(views[TRAFFIC_1H]),
+            _cached(views[SESSIONS]),
+        ):
+            for spec in BACKFILL_VIEWS:
+                bar.set_postfix_str(f"{start}..{end} {spec.table}")
+                began = time.monotonic()
+                replace_dates(views[spec], spec, settings, start=start, end=end, site_id=site_id)
+                seconds = round(time.monotonic() - began, 1)
+                log.info("view backfilled", extra=kv(view=spec.table, start=str(start), end=str(end), seconds=seconds))
+                bar.update()
     return counts
 
 
@@ -181,10 +182,11 @@ def shuffle_partitions_for(events: int, configured: int) -> int:
 
 
 @contextmanager
-def _shuffle_partitions(spark: SparkSession, partitions: int) -> Iterator[None]:
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+def _enough_shuffle_partitions(spark: SparkSession, events: int) -> Iterator[None]:
+    """Raise the session's shuffle partitions to ``shuffle_partitions_for(events)``; restore them after."""
+    before = spark.conf.get("spark.sql.shuffle.partitions") or "1"
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(events, int(before))))
     try:
         yield
     finally:
-        spark.conf.set("spark.sql.shuffle.partitions", str(before))
+        spark.conf.set("spark.sql.shuffle.partitions", before)
