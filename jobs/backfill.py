@@ -84,13 +84,18 @@ def _cached(frame: DataFrame) -> Iterator[DataFrame]:
         frame.unpersist()
 
 
-def compute_views(events: DataFrame, settings: Settings) -> dict[ViewSpec, DataFrame]:
-    """Every view from a batch of events, by the streaming job's own transforms.
+def compute_views(events: DataFrame, settings: Settings, start: dt.date, end: dt.date) -> dict[ViewSpec, DataFrame]:
+    """Every view for dates ``start..end`` from a batch of events, by the streaming job's own transforms.
 
-    ``events`` must cover the dates being rebuilt plus one session gap before them and one day
-    after (so sessions that straddle midnight are whole); callers keep only their dates.
+    ``events`` must cover those dates plus one session gap before them and one day after, so
+    sessions that straddle midnight are whole. The windowed views read only the events their
+    windows need: their dates, and the first minutes of the next day that the last active-visitor
+    windows reach into. Callers keep only rows of their dates.
     """
-    minutes = traffic.with_digests(traffic.traffic_minutes(events))
+    first = _midnight(start)
+    after = _midnight(end + dt.timedelta(days=1)) + traffic.ACTIVE_WINDOW - traffic.ACTIVE_STEP
+    windowed = events.where((F.col("event_ts") >= F.lit(first)) & (F.col("event_ts") < F.lit(after)))
+    minutes = traffic.with_digests(traffic.traffic_minutes(windowed))
     hours = traffic.roll_up(minutes, "hour")
     visits = sessions.sessions(events, settings.spark.session_gap)
     return {
@@ -101,8 +106,12 @@ def compute_views(events: DataFrame, settings: Settings) -> dict[ViewSpec, DataF
         SESSIONS: visits,
         VISITS_1H: sessions.visits(visits, "hour"),
         VISITS_1D: sessions.visits(visits, "day"),
-        RATELIMIT: ratelimit.ratelimit_counts(events),
+        RATELIMIT: ratelimit.ratelimit_counts(windowed),
     }
+
+
+def _midnight(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(), dt.UTC)
 
 
 def backfill(
@@ -146,13 +155,12 @@ def _backfill_chunk(
     """Recompute every view for one chunk of dates; returns the raw events per date it read."""
     # Sessions near the range's edges need their neighbours: a gap before, a day after.
     context = raw_events(spark, settings, start - dt.timedelta(days=1), end + dt.timedelta(days=1), site_id)
-    first = dt.datetime.combine(start, dt.time(), dt.UTC)
     gap = F.expr(f"INTERVAL {settings.spark.session_gap}")
-    context = context.where(F.col("event_ts") >= F.lit(first) - gap)
+    context = context.where(F.col("event_ts") >= F.lit(_midnight(start)) - gap)
     with _cached(context) as events:
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
         counts = {d: n for d, n in by_date.items() if start <= d <= end}
-        views = compute_views(events, settings)  # lazy: planned, with the partitions below, when cached
+        views = compute_views(events, settings, start, end)  # lazy: planned, with the partitions below, when cached
         with (
             _enough_shuffle_partitions(spark, sum(by_date.values())),
             _cached(views[TRAFFIC_1M]),

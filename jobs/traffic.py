@@ -9,6 +9,8 @@ as DDIA suggests.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -27,6 +29,10 @@ TRAFFIC_DIMENSIONS: dict[str, str] = {
     "device": "device",
 }
 ALL = "all"
+
+# The hopping "active visitors" window: its length and its step.
+ACTIVE_WINDOW = dt.timedelta(minutes=5)
+ACTIVE_STEP = dt.timedelta(minutes=1)
 
 
 def _is_custom_event() -> Column:
@@ -126,7 +132,7 @@ def roll_up(finer: DataFrame, grain: Grain) -> DataFrame:
 
 def active_visitors(minutes: DataFrame) -> DataFrame:
     """Hopping windows of 5 minutes every minute, from the site-total 1-minute rows."""
-    window = F.window("window_start", "5 minutes", "1 minute")
+    window = F.window("window_start", _interval(ACTIVE_WINDOW), _interval(ACTIVE_STEP))
     return (
         minutes.where(F.col("dimension") == ALL)
         .groupBy(F.col("site_id"), window.alias("w"))
@@ -143,3 +149,7 @@ def active_visitors(minutes: DataFrame) -> DataFrame:
             event_date("w.start"),
         )
     )
+
+
+def _interval(span: dt.timedelta) -> str:
+    return f"{int(span.total_seconds())} seconds"
