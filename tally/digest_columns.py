@@ -54,7 +54,7 @@ def digests_from_lists(
     its sorted distinct values with their counts, so one sort of the whole column and a scatter
     of its bytes build all of them at once.
     """
-    data = np.asarray(values, dtype=np.float64)
+    data = np.asarray(values, dtype=np.float64) + 0.0  # -0.0 becomes 0.0, as digest_from_values does
     bounds = np.asarray(offsets, dtype=np.int64)
     lists = bounds.size - 1
     assert lists >= 0 and (lists == 0 or bounds[-1] - bounds[0] == data.size), "offsets must span the values"

@@ -122,7 +122,7 @@ def digest_from_values(values: npt.ArrayLike | Sequence[float | None], *, compre
     Infinite values raise ValueError: they would poison every centroid mean, so filter or cap them first.
     """
     data = np.asarray(values, dtype=np.float64).ravel()
-    data = data[~np.isnan(data)]
+    data = data[~np.isnan(data)] + 0.0  # -0.0 becomes 0.0: which of the equal two a sort keeps is arbitrary
     if not np.all(np.isfinite(data)):
         raise ValueError("t-digest input has infinite values; filter or cap them before building a digest")
     if data.size == 0:

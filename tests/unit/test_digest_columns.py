@@ -35,6 +35,13 @@ def test_a_column_of_digests_equals_each_list_digested_on_its_own(lists: list[li
     assert digests_from_lists(*flattened(lists)).to_list() == one_by_one(lists)
 
 
+def test_negative_zero_is_zero_whichever_comes_first() -> None:
+    # Found by hypothesis: -0.0 == 0.0, so which of them a sort left first decided the bytes.
+    lists = [[1.0, 1.0, 1.0, 1.0, -0.0, 0.0], [-0.0], [0.0, -0.0]]
+    assert digests_from_lists(*flattened(lists)).to_list() == one_by_one(lists)
+    assert one_by_one([[-0.0, 0.0]]) == one_by_one([[0.0, 0.0]])
+
+
 def test_lists_with_more_distinct_values_than_the_exact_limit_are_compressed_like_one_list() -> None:
     rng = np.random.default_rng(3)
     many = rng.lognormal(7, 1, 5_000).round().tolist()
