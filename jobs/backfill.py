@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
@@ -55,16 +55,27 @@ class BackfillPlan:
         return sum(self.raw_events_by_date.values())
 
 
-def raw_events(spark: SparkSession, settings: Settings, start: dt.date, end: dt.date, site_id: str | None) -> DataFrame:
-    """Raw events from ``start`` to ``end`` (inclusive dates), as the views read them."""
+def raw_events(
+    spark: SparkSession,
+    settings: Settings,
+    start: dt.date,
+    end: dt.date,
+    site_id: str | None,
+    *,
+    since: Column | None = None,
+) -> DataFrame:
+    """Raw events from ``start`` to ``end`` (inclusive dates), from ``since`` on if given, as the views read them."""
     uri = settings.table_uri("raw.pageviews")
     if not table_exists(spark, uri):
         raise BackfillError(f"no raw table at {uri}: start the archiver (`tally up`) and send events first")
     raw = spark.read.format("delta").load(uri).where(F.col("event_date").between(F.lit(start), F.lit(end)))
     if site_id is not None:
         raw = raw.where(F.col("site_id") == site_id)
+    raw = with_event_ts(raw)
+    if since is not None:  # before the deduplication, which Spark cannot push a filter through
+        raw = raw.where(F.col("event_ts") >= since)
     # raw.pageviews is unique on event_id; the stream drops duplicates too, so do the same here.
-    return with_event_ts(raw).dropDuplicates(["event_id"])
+    return raw.dropDuplicates(["event_id"])
 
 
 def plan(spark: SparkSession, settings: Settings, start: dt.date, end: dt.date, site_id: str | None) -> BackfillPlan:
@@ -154,9 +165,9 @@ def _backfill_chunk(
 ) -> dict[dt.date, int]:
     """Recompute every view for one chunk of dates; returns the raw events per date it read."""
     # Sessions near the range's edges need their neighbours: a gap before, a day after.
-    context = raw_events(spark, settings, start - dt.timedelta(days=1), end + dt.timedelta(days=1), site_id)
-    gap = F.expr(f"INTERVAL {settings.spark.session_gap}")
-    context = context.where(F.col("event_ts") >= F.lit(_midnight(start)) - gap)
+    since = F.lit(_midnight(start)) - F.expr(f"INTERVAL {settings.spark.session_gap}")
+    day = dt.timedelta(days=1)
+    context = raw_events(spark, settings, start - day, end + day, site_id, since=since)
     with _cached(context) as events:
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
         counts = {d: n for d, n in by_date.items() if start <= d <= end}
