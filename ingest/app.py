@@ -126,7 +126,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        kafka = EventLog(client_config=settings.kafka.client_config())
+        kafka = EventLog(client_config=settings.kafka.client_config(), linger_ms=settings.ingest.linger_ms)
         store = DurableLog(kafka, Spool(settings.home_dir / "spool"))
         follower = BlockFollower(
             client_config=settings.kafka.client_config(), topic=settings.kafka.ratelimit_topic, blocks=blocks

@@ -52,7 +52,10 @@ class KafkaSettings:
     controller_port: int = 9793
     heap: str = "1g"
     pageviews_topic: str = "pageviews"
-    pageviews_partitions: int = 4
+    # One per core of a one-machine install: each partition is a batch of its own in every produce
+    # request, so more partitions than the readers need make the batches smaller and cost ingest
+    # and the broker CPU per event. A cluster sets it (docs/DEPLOYMENT.md, "Sizing").
+    pageviews_partitions: int = 2
     rejected_topic: str = "pageviews.rejected"
     ratelimit_topic: str = "ratelimit.blocks"
     retention_hours: int = 168
@@ -171,6 +174,13 @@ class IngestSettings:
     max_body_bytes: int = 65536
     max_batch: int = 50
     trusted_proxies: tuple[str, ...] = ("127.0.0.1",)
+    # How long the Kafka producer waits to fill a batch. Longer: fewer, bigger produce requests
+    # (less CPU for ingest and broker per event) but every 202 waits that much longer.
+    linger_ms: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.linger_ms <= 1000:
+            raise SettingsError(f"ingest.linger_ms: {self.linger_ms} must be between 0 and 1000 (milliseconds)")
 
 
 @dataclass(frozen=True)

@@ -102,3 +102,22 @@ def test_negative_shuffle_partitions_are_refused_with_the_key_named(
     monkeypatch.setenv("TALLY_SPARK__SHUFFLE_PARTITIONS", "-1")
     with pytest.raises(SettingsError, match=r"spark\.shuffle_partitions"):
         load_settings()
+
+
+@pytest.mark.parametrize("linger", ["-1", "1001"])
+def test_an_out_of_range_producer_linger_is_refused_with_the_key_named(
+    linger: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_INGEST__LINGER_MS", linger)
+    with pytest.raises(SettingsError, match=r"ingest\.linger_ms"):
+        load_settings()
+
+
+def test_the_producer_linger_reaches_the_kafka_client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import ingest.eventlog
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(ingest.eventlog, "Producer", lambda config: seen.update(config))
+    ingest.eventlog.EventLog(client_config={"bootstrap.servers": "127.0.0.1:1"}, linger_ms=12.5)
+    assert seen["linger.ms"] == 12.5 and seen["acks"] == "all"
