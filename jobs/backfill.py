@@ -55,6 +55,15 @@ class BackfillPlan:
         return sum(self.raw_events_by_date.values())
 
 
+def raw_rows(spark: SparkSession, settings: Settings, start: dt.date, end: dt.date, site_id: str | None) -> DataFrame:
+    """``raw.pageviews`` rows of dates ``start..end`` (inclusive), of one site if given, as stored."""
+    uri = settings.table_uri("raw.pageviews")
+    if not table_exists(spark, uri):
+        raise BackfillError(f"no raw table at {uri}: start the archiver (`tally up`) and send events first")
+    raw = spark.read.format("delta").load(uri).where(F.col("event_date").between(F.lit(start), F.lit(end)))
+    return raw if site_id is None else raw.where(F.col("site_id") == site_id)
+
+
 def raw_events(
     spark: SparkSession,
     settings: Settings,
@@ -65,13 +74,7 @@ def raw_events(
     since: Column | None = None,
 ) -> DataFrame:
     """Raw events from ``start`` to ``end`` (inclusive dates), from ``since`` on if given, as the views read them."""
-    uri = settings.table_uri("raw.pageviews")
-    if not table_exists(spark, uri):
-        raise BackfillError(f"no raw table at {uri}: start the archiver (`tally up`) and send events first")
-    raw = spark.read.format("delta").load(uri).where(F.col("event_date").between(F.lit(start), F.lit(end)))
-    if site_id is not None:
-        raw = raw.where(F.col("site_id") == site_id)
-    raw = with_event_ts(raw)
+    raw = with_event_ts(raw_rows(spark, settings, start, end, site_id))
     if since is not None:  # before the deduplication, which Spark cannot push a filter through
         raw = raw.where(F.col("event_ts") >= since)
     # raw.pageviews is unique on event_id; the stream drops duplicates too, so do the same here.
@@ -92,7 +95,7 @@ def _cached(frame: DataFrame) -> Iterator[DataFrame]:
     try:
         yield frame
     finally:
-        frame.unpersist()
+        frame.unpersist(blocking=True)  # freed before the next chunk caches its own
 
 
 def compute_views(events: DataFrame, settings: Settings, start: dt.date, end: dt.date) -> dict[ViewSpec, DataFrame]:
@@ -168,16 +171,14 @@ def _backfill_chunk(
     since = F.lit(_midnight(start)) - F.expr(f"INTERVAL {settings.spark.session_gap}")
     day = dt.timedelta(days=1)
     context = raw_events(spark, settings, start - day, end + day, site_id, since=since)
-    with _cached(context) as events:
+    # The partitions are set before anything is cached: a cache is planned when it is declared,
+    # and the deduplicated events' partitions feed the views' map-side aggregation.
+    stored = raw_rows(spark, settings, start - day, end + day, site_id).count()
+    with _enough_shuffle_partitions(spark, stored), _cached(context) as events:
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
         counts = {d: n for d, n in by_date.items() if start <= d <= end}
-        views = compute_views(events, settings, start, end)  # lazy: planned, with the partitions below, when cached
-        with (
-            _enough_shuffle_partitions(spark, sum(by_date.values())),
-            _cached(views[TRAFFIC_1M]),
-            _cached(views[TRAFFIC_1H]),
-            _cached(views[SESSIONS]),
-        ):
+        views = compute_views(events, settings, start, end)
+        with _cached(views[TRAFFIC_1M]), _cached(views[TRAFFIC_1H]), _cached(views[SESSIONS]):
             for spec in BACKFILL_VIEWS:
                 bar.set_postfix_str(f"{start}..{end} {spec.table}")
                 began = time.monotonic()
@@ -190,8 +191,9 @@ def _backfill_chunk(
 
 # At most this many events per shuffle partition in a backfill job. The views' aggregates (HLL
 # sketches, value lists) hold a partition's groups in memory: on the default 1.5 GB driver, 10M
-# events in 3-day jobs ran out of heap with 2 partitions (about 2M events each) and ran with 4.
-EVENTS_PER_SHUFFLE_PARTITION = 600_000
+# events in 3-day jobs ran out of heap with 2 partitions (about 2M events each), and once more in
+# the second job with 7 (600k each).
+EVENTS_PER_SHUFFLE_PARTITION = 300_000
 
 
 def shuffle_partitions_for(events: int, configured: int) -> int:
