@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,32 @@ def test_a_dry_run_backfill_reports_raw_events_per_date_and_writes_nothing(
     expected = int(((raw["site_id"] == SITE) & (raw["event_date"] == START.date())).sum())
     assert f"{START.date()}: {expected:,} events" in out and "would replace" in out
     assert {spec: DeltaTable(iso.table_uri(spec.table)).version() for spec in COMPARED} == versions
+
+
+def test_a_big_backfill_job_caches_its_events_under_the_raised_shuffle_partitions(
+    streamed: dict[str, Any], spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cache is planned when it is declared: partitions raised after it would not reach the
+    # cached events' deduplication, and 10M events ran out of heap that way.
+    import jobs.backfill as backfill_module
+
+    iso: Settings = streamed["settings"]
+    day = dt.timedelta(days=1)
+    stored = backfill_module.raw_rows(spark, iso, START.date() - day, START.date() + day, None).count()
+    monkeypatch.setattr(backfill_module, "EVENTS_PER_SHUFFLE_PARTITION", stored // 3)  # so 3 or 4 partitions
+    session_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    expected = backfill_module.shuffle_partitions_for(stored, int(session_partitions))
+    assert expected > int(session_partitions)
+    in_force: list[str] = []
+    cached = backfill_module._cached
+
+    @contextmanager
+    def recording(frame: Any) -> Iterator[Any]:
+        in_force.append(spark.conf.get("spark.sql.shuffle.partitions"))
+        with cached(frame) as kept:
+            yield kept
+
+    monkeypatch.setattr(backfill_module, "_cached", recording)
+    backfill(spark, iso, start=START.date(), end=START.date(), progress=False)
+    assert in_force and set(in_force) == {str(expected)}  # the events' cache first, then the views'
+    assert spark.conf.get("spark.sql.shuffle.partitions") == session_partitions  # restored after
