@@ -13,6 +13,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from ingest.spool import Record
+from tally.settings import IngestSettings
 
 IDLE_POLL_S = 1.0  # with nothing outstanding, still serve the client's own events (errors, logs) now and then
 
@@ -34,7 +35,7 @@ class EventLog:
         *,
         client_config: Mapping[str, str | int | float | bool],
         delivery_timeout_ms: int = 5000,
-        linger_ms: float = 10.0,
+        linger_ms: float = IngestSettings.linger_ms,
         poll_interval_s: float = 0.001,
     ) -> None:
         """``client_config``: bootstrap servers and any extra client properties (SASL/TLS), from settings."""

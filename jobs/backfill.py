@@ -64,17 +64,9 @@ def raw_rows(spark: SparkSession, settings: Settings, start: dt.date, end: dt.da
     return raw if site_id is None else raw.where(F.col("site_id") == site_id)
 
 
-def raw_events(
-    spark: SparkSession,
-    settings: Settings,
-    start: dt.date,
-    end: dt.date,
-    site_id: str | None,
-    *,
-    since: Column | None = None,
-) -> DataFrame:
-    """Raw events from ``start`` to ``end`` (inclusive dates), from ``since`` on if given, as the views read them."""
-    raw = with_event_ts(raw_rows(spark, settings, start, end, site_id))
+def raw_events(rows: DataFrame, *, since: Column | None = None) -> DataFrame:
+    """``raw_rows`` as the views read them: with event time, from ``since`` on if given, deduplicated."""
+    raw = with_event_ts(rows)
     if since is not None:  # before the deduplication, which Spark cannot push a filter through
         raw = raw.where(F.col("event_ts") >= since)
     # raw.pageviews is unique on event_id; the stream drops duplicates too, so do the same here.
@@ -85,7 +77,7 @@ def plan(spark: SparkSession, settings: Settings, start: dt.date, end: dt.date, 
     """What a backfill would read: raw events per date (the ``--dry-run`` report)."""
     if end < start:
         raise BackfillError(f"--to {end} is before --from {start}")
-    counts = raw_events(spark, settings, start, end, site_id).groupBy("event_date").count().collect()
+    counts = raw_events(raw_rows(spark, settings, start, end, site_id)).groupBy("event_date").count().collect()
     return BackfillPlan(start, end, site_id, {r["event_date"]: r["count"] for r in counts})
 
 
@@ -170,11 +162,10 @@ def _backfill_chunk(
     # Sessions near the range's edges need their neighbours: a gap before, a day after.
     since = F.lit(_midnight(start)) - F.expr(f"INTERVAL {settings.spark.session_gap}")
     day = dt.timedelta(days=1)
-    context = raw_events(spark, settings, start - day, end + day, site_id, since=since)
+    rows = raw_rows(spark, settings, start - day, end + day, site_id)
     # The partitions are set before anything is cached: a cache is planned when it is declared,
     # and the deduplicated events' partitions feed the views' map-side aggregation.
-    stored = raw_rows(spark, settings, start - day, end + day, site_id).count()
-    with _enough_shuffle_partitions(spark, stored), _cached(context) as events:
+    with _enough_shuffle_partitions(spark, rows.count()), _cached(raw_events(rows, since=since)) as events:
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
         counts = {d: n for d, n in by_date.items() if start <= d <= end}
         views = compute_views(events, settings, start, end)
