@@ -247,3 +247,25 @@ def test_a_backfill_reads_only_the_fields_the_views_use_from_raw(streamed: dict[
     scans = [line.split("ReadSchema: struct<", 1)[1] for line in plan.splitlines() if "ReadSchema: struct<" in line]
     assert len(scans) == 1, plan
     assert set(re.findall(r"(?:^|,)(\w+):", scans[0])) == set(VIEW_FIELDS)  # event_date is the partition
+
+
+@pytest.mark.parametrize("most", [100, 3], ids=["few duplicates", "more than most"])
+def test_a_backfill_keeps_one_row_of_each_duplicated_event_id_in_raw(
+    streamed: dict[str, Any], spark: Any, monkeypatch: pytest.MonkeyPatch, most: int
+) -> None:
+    # The archiver drops retries only within its window; later ones reach raw.pageviews twice.
+    import jobs.backfill as backfill_module
+
+    monkeypatch.setattr(backfill_module, "MAX_DUPLICATED_IDS", most)  # 3: by a shuffle of every row instead
+    iso: Settings = streamed["settings"]
+    rows = backfill_module.raw_rows(spark, iso, START.date(), START.date(), None)
+    unique = backfill_module.raw_events(rows)
+    assert unique.count() == rows.count() == rows.select("event_id").distinct().count()  # none to drop
+    retried = sorted(r["event_id"] for r in rows.select("event_id").collect())[:7]
+    twice = rows.unionByName(rows.where(F.col("event_id").isin(retried)))
+    events = backfill_module.raw_events(twice)
+    assert twice.count() == rows.count() + 7
+    assert sorted(r["event_id"] for r in events.select("event_id").collect()) == sorted(
+        r["event_id"] for r in rows.select("event_id").collect()
+    )
+    assert events.columns == unique.columns
