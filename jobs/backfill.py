@@ -72,10 +72,11 @@ def raw_events(rows: DataFrame, *, since: Column | None = None) -> DataFrame:
     raw.pageviews is unique on event_id but for a retry that reached the archiver after its
     deduplication window, so the duplicated ids are found first, by a shuffle of the ids alone,
     and only their rows are deduplicated. Shuffling every row through ``dropDuplicates`` took a
-    3-day job of 3M events 15 s longer. This runs a Spark job.
+    3-day job of 3M events 15 s longer. Where nothing is dropped, the rows keep the scan's
+    partitions. This runs a Spark job.
     """
     raw = with_event_ts(rows.select(*VIEW_FIELDS, "event_date"))
-    if since is not None:
+    if since is not None:  # before the deduplication, which Spark cannot push a filter through
         raw = raw.where(F.col("event_ts") >= since)
     duplicated = raw.groupBy("event_id").count().where(F.col("count") > 1).select("event_id")
     found = [r["event_id"] for r in duplicated.limit(MAX_DUPLICATED_IDS + 1).collect()]
@@ -85,9 +86,7 @@ def raw_events(rows: DataFrame, *, since: Column | None = None) -> DataFrame:
         ids = F.broadcast(raw.sparkSession.createDataFrame([(i,) for i in found], "event_id string"))
         once = raw.join(ids, "event_id", "left_semi").dropDuplicates(["event_id"])
         raw = raw.join(ids, "event_id", "left_anti").unionByName(once)
-    # Spread over the shuffle partitions, as dropDuplicates would: the views' map-side aggregates
-    # hold a partition's groups in memory, and a scan's partition can be a whole day's file.
-    return raw.repartition(int(raw.sparkSession.conf.get("spark.sql.shuffle.partitions") or "1"))
+    return raw
 
 
 # At most this many duplicated event_ids are dropped by a broadcast join; with more, the backfill
@@ -185,9 +184,13 @@ def _backfill_chunk(
     since = F.lit(_midnight(start)) - F.expr(f"INTERVAL {settings.spark.session_gap}")
     day = dt.timedelta(days=1)
     rows = raw_rows(spark, settings, start - day, end + day, site_id)
-    # The partitions are set before anything is cached: a cache is planned when it is declared,
-    # and the deduplicated events' partitions feed the views' map-side aggregation.
-    with _enough_shuffle_partitions(spark, rows.count()), _cached(raw_events(rows, since=since)) as events:
+    # The views' map-side aggregates hold a partition's groups in memory, and a scan's partition can
+    # be a whole day's file, so the events are cached spread over the raised partitions. They are
+    # raised before the cache is declared, since a cache is planned then (the deduplication too).
+    with (
+        _enough_shuffle_partitions(spark, rows.count()) as partitions,
+        _cached(raw_events(rows, since=since).repartition(partitions)) as events,
+    ):
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
         counts = {d: n for d, n in by_date.items() if start <= d <= end}
         views = compute_views(events, settings, start, end)
@@ -216,11 +219,13 @@ def shuffle_partitions_for(events: int, configured: int) -> int:
 
 
 @contextmanager
-def _enough_shuffle_partitions(spark: SparkSession, events: int) -> Iterator[None]:
-    """Raise the session's shuffle partitions to ``shuffle_partitions_for(events)``; restore them after."""
+def _enough_shuffle_partitions(spark: SparkSession, events: int) -> Iterator[int]:
+    """Raise the session's shuffle partitions to ``shuffle_partitions_for(events)``, which it yields;
+    restore them after."""
     before = spark.conf.get("spark.sql.shuffle.partitions") or "1"
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(events, int(before))))
+    partitions = shuffle_partitions_for(events, int(before))
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     try:
-        yield
+        yield partitions
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", before)
