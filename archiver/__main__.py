@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 
 from archiver.consumer import Archiver
 from tally.log import setup_logging
@@ -16,6 +18,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.parse_args(argv)
     setup_logging()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: every thread's stack to the log
     Archiver(load_settings()).run()
 
 

@@ -11,21 +11,25 @@ offsets are written too, after Delta, only so that consumer lag can be monitored
 from __future__ import annotations
 
 import datetime as dt
+import faulthandler
 import json
 import logging
 import signal
+import threading
 import time
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import Counter, Gauge, start_http_server
 
 from archiver.columnar import decode_batch
 from archiver.consumed import Consumed
 from archiver.dedup import SeenIds, day_numbers, id_keys
+from archiver.lag import archive_lag
 from archiver.tables import RAW_PAGEVIEWS, ArchiveTable, TableBatch, raw_tables
 from tally.deadletter import DeadLetter, dead_letter
 from tally.log import kv
@@ -40,6 +44,9 @@ GROUP_ID = "tally-archiver"
 LAG = Gauge("tally_archiver_lag_messages", "Messages in Kafka not yet in the raw tables", ["topic", "partition"])
 ARCHIVED = Counter("tally_archiver_rows_total", "Rows committed to Delta", ["table"])
 DUPLICATES = Counter("tally_archiver_duplicates_total", "Events dropped because their event_id was archived already")
+REPLACED = Counter(
+    "tally_archiver_consumer_replaced_total", "Kafka consumers replaced because they stopped fetching (see StallWatch)"
+)
 
 
 def _utc_date(ms: int) -> dt.date:
@@ -85,9 +92,17 @@ class Archiver:
         self.events_topic, self.rejected_topic = k.pageviews_topic, k.rejected_topic
         tables = raw_tables(settings)
         self.raw, self.rejected = tables["raw.pageviews"], tables["raw.rejected"]
-        self.consumer = Consumer(
+        self.consumer = self._new_consumer()
+        self._stopping = False
+        self._duplicates = 0
+        self.seen = SeenIds(settings.archiver.dedup_days)
+        loaded = self.seen.load(find_table(settings, "raw.pageviews"), _utc_date(_now_ms()))
+        log.info("dedup state loaded", extra=kv(event_ids=loaded, days=settings.archiver.dedup_days))
+
+    def _new_consumer(self) -> Consumer:
+        return Consumer(
             {
-                **k.client_config(),
+                **self.settings.kafka.client_config(),
                 "group.id": GROUP_ID,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
@@ -95,13 +110,8 @@ class Archiver:
                 "client.id": "tally-archiver",
             }
         )
-        self._stopping = False
-        self._duplicates = 0
-        self.seen = SeenIds(settings.archiver.dedup_days)
-        loaded = self.seen.load(find_table(settings, "raw.pageviews"), _utc_date(_now_ms()))
-        log.info("dedup state loaded", extra=kv(event_ids=loaded, days=settings.archiver.dedup_days))
 
-    def _positions(self) -> list[TopicPartition]:
+    def _positions(self, consumer: Consumer) -> list[TopicPartition]:
         """Every partition of both topics, at the offset its table's last commit recorded.
 
         Partitions are assigned directly rather than through a group rebalance: a restarted
@@ -110,7 +120,7 @@ class Archiver:
         """
         positions = []
         for topic in (self.events_topic, self.rejected_topic):
-            metadata = self.consumer.list_topics(topic, timeout=30).topics[topic]
+            metadata = consumer.list_topics(topic, timeout=30).topics[topic]
             if metadata.error is not None:
                 raise RuntimeError(f"topic {topic!r} is not available ({metadata.error}); is Kafka up (tally status)?")
             table = self.raw if topic == self.events_topic else self.rejected
@@ -236,6 +246,36 @@ class Archiver:
                 done = table.next_offset(tp.topic, tp.partition) or 0
                 LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, high - done))
 
+    def _replace_if_stalled(self, watch: StallWatch) -> None:
+        """No message for a while: ask Kafka, on a connection of its own, whether it holds messages
+        the raw tables lack. Seen twice in a row, the consumer has stopped fetching, so it is
+        replaced by a new one that resumes at the offsets in Delta, as a restarted archiver does:
+        nothing is lost or archived twice. (Once, after a broker restart, librdkafka never
+        reconnected and the archiver stood still while Kafka filled up.)"""
+        try:
+            tables = {"raw.pageviews": self.raw, "raw.rejected": self.rejected}
+            behind = sum(archive_lag(self.settings, tables).values())
+        except KafkaException as e:
+            log.info("kafka unreachable, waiting", extra=kv(error=str(e)))
+            behind = 0
+        if not watch.behind(behind):
+            return
+        log.warning(
+            "kafka consumer stalled, replacing it",
+            extra=kv(unarchived=behind, idle_seconds=round(watch.idle()), resume="offsets in raw tables"),
+        )
+        fresh = self._new_consumer()
+        try:
+            fresh.assign(self._positions(fresh))
+        except (KafkaException, RuntimeError) as e:
+            log.warning("kafka consumer not replaced, retrying later", extra=kv(error=str(e)))
+            threading.Thread(target=fresh.close, daemon=True).start()
+            return
+        stalled, self.consumer = self.consumer, fresh
+        # close() of a stuck consumer may never return: not on this thread.
+        threading.Thread(target=stalled.close, daemon=True, name="close-stalled-consumer").start()
+        REPLACED.inc()
+
     def stop(self, _signum: int = 0, _frame: FrameType | None = None) -> None:
         self._stopping = True
 
@@ -244,12 +284,15 @@ class Archiver:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         a = self.settings.archiver
-        self.consumer.assign(self._positions())
+        self.consumer.assign(self._positions(self.consumer))
+        watch = StallWatch(a.stall_seconds, every=max(5.0, a.stall_seconds / 4))
         if self.settings.archiver.metrics_port:
             start_http_server(self.settings.archiver.metrics_port, addr="127.0.0.1")
         log.info("archiver started", extra=kv(kafka=self.settings.kafka.servers, warehouse=self.settings.warehouse_uri))
         try:
             while not self._stopping:
+                # A loop pass that takes this long is stuck somewhere: every thread's stack to the log.
+                faulthandler.dump_traceback_later(max(300.0, 5 * a.stall_seconds), exit=False)
                 batch: list[Message] = []
                 deadline = time.monotonic() + a.max_wait_seconds
                 while len(batch) < a.max_batch and time.monotonic() < deadline and not self._stopping:
@@ -261,11 +304,50 @@ class Archiver:
                     batch.extend(good)
                 if batch:
                     self.archive(batch)
+                    watch.fetched()
                 else:
                     self._export_lag()
+                    if watch.due():
+                        self._replace_if_stalled(watch)
         finally:
+            faulthandler.cancel_dump_traceback_later()
             self.consumer.close()
             log.info("archiver stopped")
+
+
+@dataclass
+class StallWatch:
+    """When the archiver suspects its consumer: no message for ``after`` seconds, then Kafka found
+    behind the raw tables twice, at least ``every`` seconds apart, with no message in between.
+    A message that arrives just before a check does not count: the second check would find it gone."""
+
+    after: float
+    every: float = 5.0
+    last_message: float = field(default_factory=time.monotonic)
+    last_check: float = 0.0
+    suspect: bool = False
+
+    def fetched(self) -> None:
+        self.last_message, self.suspect = time.monotonic(), False
+
+    def idle(self) -> float:
+        return time.monotonic() - self.last_message
+
+    def due(self) -> bool:
+        """Whether Kafka should be asked now."""
+        return self.idle() >= self.after and time.monotonic() - self.last_check >= self.every
+
+    def behind(self, unarchived: int) -> bool:
+        """Record a check's answer; True when the consumer is to be replaced (and start over)."""
+        self.last_check = time.monotonic()
+        if not unarchived:
+            self.suspect = False
+            return False
+        if not self.suspect:
+            self.suspect = True
+            return False
+        self.fetched()
+        return True
 
 
 def _log_errors(messages: list[Message]) -> None:

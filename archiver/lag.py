@@ -6,16 +6,20 @@ not against Kafka's committed group offsets.
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from archiver.tables import raw_tables
+from archiver.tables import ArchiveTable, raw_tables
 from tally.settings import Settings
 
 
-def archive_lag(settings: Settings) -> dict[tuple[str, int], int]:
-    """``{(topic, partition): messages not yet archived}`` for pageviews and pageviews.rejected."""
+def archive_lag(settings: Settings, raw: dict[str, ArchiveTable] | None = None) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): messages not yet archived}`` for pageviews and pageviews.rejected.
+
+    Asked on a connection of its own; ``raw`` (``raw_tables``) saves reading the tables again.
+    Raises ``KafkaException`` when the broker does not answer within 10 seconds.
+    """
     k = settings.kafka
-    raw = raw_tables(settings)
+    raw = raw if raw is not None else raw_tables(settings)
     tables = {k.pageviews_topic: raw["raw.pageviews"], k.rejected_topic: raw["raw.rejected"]}
     consumer = Consumer({**k.client_config(), "group.id": "tally-lag-probe", "log_level": 0})
     try:
@@ -23,7 +27,10 @@ def archive_lag(settings: Settings) -> dict[tuple[str, int], int]:
         for topic, table in tables.items():
             partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
             for partition in sorted(partitions):
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                ends = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                if ends is None:  # no answer in time
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks for {topic} [{partition}]"))
+                low, high = ends
                 done = table.next_offset(topic, partition)
                 lag[(topic, partition)] = max(0, high - max(done if done is not None else 0, low))
         return lag

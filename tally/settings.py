@@ -195,6 +195,7 @@ class ArchiverSettings:
     max_wait_seconds: float = 2.0
     dedup_days: int = 2
     metrics_port: int = 8793  # Prometheus /metrics on 127.0.0.1; 0 = off
+    stall_seconds: float = 60.0  # no message this long while Kafka holds unarchived ones: replace the consumer
 
 
 @dataclass(frozen=True)

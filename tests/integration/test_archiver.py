@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -10,17 +11,23 @@ import threading
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pyarrow.compute as pc
 from confluent_kafka import Producer
 from deltalake import DeltaTable
+from prometheus_client import REGISTRY
 
+from archiver.consumer import Archiver
 from tally.processes import Supervisor
+from tally.schema import PageViewEvent
 from tally.settings import Settings
 from tally.stack import services
 from tests.events import page_view
 from tests.integration.conftest import wait_for
+from tests.integration.views_support import isolated_settings
 
 
 def raw_count_by_id(settings: Settings, ids: set[str]) -> Counter[str]:
@@ -111,3 +118,78 @@ def test_archive_lag_and_counts_are_exported_as_prometheus_metrics(settings: Set
     wait_for(lambda: len(lag_lines()) == settings.kafka.pageviews_partitions + 1, 60, "a lag gauge per partition")
     wait_for(lambda: all(line.endswith(" 0.0") for line in lag_lines()), 60, "the archive to catch up (lag 0)")
     assert "tally_archiver_rows_total" in httpx.get(url, timeout=5).text
+
+
+def test_a_consumer_that_stops_fetching_is_replaced_and_resumes_from_the_offsets_in_delta(
+    settings: Settings, kafka: str, tmp_path: Path
+) -> None:
+    """The stall watch: a consumer that fetches nothing while Kafka holds unarchived messages (here
+    paused; in CI once, librdkafka never reconnected after a broker restart) is replaced, and its
+    successor archives every event exactly once. A caught-up, idle archiver keeps its consumer."""
+    iso = isolated_settings(settings, tmp_path)
+    iso = dataclasses.replace(iso, archiver=dataclasses.replace(iso.archiver, stall_seconds=1.0, metrics_port=0))
+    site = iso.sites[0].site_id
+    before, after = [page_view(site) for _ in range(30)], [page_view(site) for _ in range(30)]
+    producer = Producer({"bootstrap.servers": iso.kafka.servers, "enable.idempotence": True})
+
+    def send(events: list[PageViewEvent]) -> None:
+        for e in events:
+            producer.produce(iso.kafka.pageviews_topic, key=e.visitor_id.encode(), value=e.to_json())
+        assert producer.flush(30) == 0
+
+    def replaced() -> float:
+        return REGISTRY.get_sample_value("tally_archiver_consumer_replaced_total") or 0.0
+
+    def archived(events: list[PageViewEvent]) -> Counter[str]:
+        return raw_count_by_id(iso, {e.event_id for e in events})
+
+    def topic_ready() -> bool:
+        found = producer.list_topics(iso.kafka.pageviews_topic, timeout=5).topics[iso.kafka.pageviews_topic]
+        return found.error is None and len(found.partitions) == iso.kafka.pageviews_partitions
+
+    wait_for(topic_ready, 30, "the new topic in the broker's metadata")
+    class StallingArchiver(Archiver):
+        """Pauses its consumer when asked, on the archiver's own thread (librdkafka's pause from
+        another thread can block while that thread is in consume())."""
+
+        stall = threading.Event()
+
+        def _export_lag(self) -> None:  # called on every pass that fetched nothing
+            if self.stall.is_set():
+                self.stall.clear()
+                self.consumer.pause(self.consumer.assignment())  # fetches nothing from now on
+            super()._export_lag()
+
+    archiver, start = StallingArchiver(iso), replaced()
+    outcome: dict[str, Any] = {}
+
+    def fault() -> None:  # runs beside archiver.run(), which must own the main thread (signal handlers)
+        try:
+            send(before)
+            wait_for(lambda: sum(archived(before).values()) == len(before), 60, "the first events in raw")
+            time.sleep(8)  # idle and caught up: every check finds nothing behind
+            outcome["idle"] = replaced() - start
+            archiver.stall.set()
+            wait_for(lambda: not archiver.stall.is_set(), 30, "the archiver to pause its consumer")
+            send(after)
+            wait_for(lambda: sum(archived(after).values()) == len(after), 60, "the later events, by a new consumer")
+            time.sleep(3)  # nothing archived twice by a later batch either
+        except BaseException as e:
+            outcome["error"] = e
+        finally:
+            archiver.stop()
+
+    helper = threading.Thread(target=fault, daemon=True)
+    helper.start()
+    try:
+        archiver.run()
+    finally:
+        archiver.stop()
+        helper.join(150)
+    if "error" in outcome:
+        raise outcome["error"]
+    assert outcome["idle"] == 0, "a caught-up archiver replaced its consumer"
+    assert replaced() - start >= 1
+    counts = archived(before + after)
+    assert set(counts) == {e.event_id for e in before + after}, "events lost"
+    assert max(counts.values()) == 1, "events archived twice"
