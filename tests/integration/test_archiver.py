@@ -148,6 +148,7 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_resumes_from_the_offsets
         return found.error is None and len(found.partitions) == iso.kafka.pageviews_partitions
 
     wait_for(topic_ready, 30, "the new topic in the broker's metadata")
+
     class StallingArchiver(Archiver):
         """Pauses its consumer when asked, on the archiver's own thread (librdkafka's pause from
         another thread can block while that thread is in consume())."""
