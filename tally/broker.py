@@ -12,7 +12,6 @@ The same configuration generator describes a cluster of several combined nodes o
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import time
 import uuid
@@ -108,23 +107,9 @@ def broker_properties(settings: Settings, node: BrokerNode | None = None, voters
             "group.initial.rebalance.delay.ms=0",
             f"log.retention.hours={k.retention_hours}",
             "auto.create.topics.enable=false",
-            *thread_pools(os.cpu_count() or 1),
             "",
         ]
     )
-
-
-def thread_pools(cores: int) -> list[str]:
-    """The broker's thread pools for a machine of ``cores`` cores, at most Kafka's defaults (8 I/O,
-    3 network, 10 background threads, sized for a dedicated server). On 2 shared cores, pools of
-    2, 1 and 2 threads cut the broker's CPU per ingested event by about a quarter (ad-hoc A/B,
-    4 alternating pairs at 3,000 events/s: median 65 against 87 µs), from fewer thread wake-ups."""
-    cores = max(cores, 1)
-    return [
-        f"num.io.threads={min(8, max(2, cores))}",
-        f"num.network.threads={min(3, max(1, cores // 2))}",
-        f"background.threads={min(10, max(2, cores))}",
-    ]
 
 
 def _config_path(settings: Settings, node: BrokerNode | None = None, voters: Sequence[BrokerNode] = ()) -> Path:
