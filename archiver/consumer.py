@@ -29,7 +29,7 @@ from prometheus_client import Counter, Gauge, start_http_server
 from archiver.columnar import decode_batch
 from archiver.consumed import Consumed
 from archiver.dedup import SeenIds, day_numbers, id_keys
-from archiver.lag import archive_lag
+from archiver.lag import archive_lag, archived_to
 from archiver.tables import RAW_PAGEVIEWS, ArchiveTable, TableBatch, raw_tables
 from tally.deadletter import DeadLetter, dead_letter
 from tally.log import kv
@@ -238,12 +238,12 @@ class Archiver:
 
     def _export_lag(self) -> None:
         """Lag per partition: Kafka's high watermark (as last fetched, no extra request) minus
-        the next offset the partition's table records."""
+        the next offset the raw tables record (:func:`archiver.lag.archived_to`)."""
+        tables = {"raw.pageviews": self.raw, "raw.rejected": self.rejected}
         for tp in self.consumer.assignment():
-            table = self.raw if tp.topic == self.events_topic else self.rejected
             _, high = self.consumer.get_watermark_offsets(tp, cached=True)
             if high is not None and high >= 0:
-                done = table.next_offset(tp.topic, tp.partition) or 0
+                done = archived_to(tables, tp.topic, tp.partition)
                 LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, high - done))
 
     def _replace_if_stalled(self, watch: StallWatch) -> None:

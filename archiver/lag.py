@@ -12,6 +12,12 @@ from archiver.tables import ArchiveTable, raw_tables
 from tally.settings import Settings
 
 
+def archived_to(tables: dict[str, ArchiveTable], topic: str, partition: int) -> int:
+    """The offset below which every message of (topic, partition) is archived, in either raw table:
+    a poison message on pageviews goes to raw.rejected, so raw.pageviews alone would stay behind it."""
+    return max(table.next_offset(topic, partition) or 0 for table in tables.values())
+
+
 def archive_lag(settings: Settings, raw: dict[str, ArchiveTable] | None = None) -> dict[tuple[str, int], int]:
     """``{(topic, partition): messages not yet archived}`` for pageviews and pageviews.rejected.
 
@@ -20,19 +26,17 @@ def archive_lag(settings: Settings, raw: dict[str, ArchiveTable] | None = None) 
     """
     k = settings.kafka
     raw = raw if raw is not None else raw_tables(settings)
-    tables = {k.pageviews_topic: raw["raw.pageviews"], k.rejected_topic: raw["raw.rejected"]}
     consumer = Consumer({**k.client_config(), "group.id": "tally-lag-probe", "log_level": 0})
     try:
         lag = {}
-        for topic, table in tables.items():
+        for topic in (k.pageviews_topic, k.rejected_topic):
             partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
             for partition in sorted(partitions):
                 ends = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
                 if ends is None:  # no answer in time
                     raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks for {topic} [{partition}]"))
                 low, high = ends
-                done = table.next_offset(topic, partition)
-                lag[(topic, partition)] = max(0, high - max(done if done is not None else 0, low))
+                lag[(topic, partition)] = max(0, high - max(archived_to(raw, topic, partition), low))
         return lag
     finally:
         consumer.close()

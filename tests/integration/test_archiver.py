@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from prometheus_client import REGISTRY
 
 from archiver.consumer import Archiver
+from archiver.lag import archive_lag
 from tally.processes import Supervisor
 from tally.schema import PageViewEvent
 from tally.settings import Settings
@@ -174,6 +175,13 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_resumes_from_the_offsets
             wait_for(lambda: not archiver.stall.is_set(), 30, "the archiver to pause its consumer")
             send(after)
             wait_for(lambda: sum(archived(after).values()) == len(after), 60, "the later events, by a new consumer")
+            # A poison message last in its partition goes to raw.rejected: no lag, so no stall either.
+            producer.produce(iso.kafka.pageviews_topic, value=b"not a v1 event", partition=0)
+            assert producer.flush(30) == 0
+            wait_for(lambda: sum(archive_lag(iso).values()) == 0, 30, "no lag behind a trailing poison message")
+            replaced_before = replaced()
+            time.sleep(8)
+            outcome["after poison"] = replaced() - replaced_before
             time.sleep(3)  # nothing archived twice by a later batch either
         except BaseException as e:
             outcome["error"] = e
@@ -191,6 +199,7 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_resumes_from_the_offsets
         raise outcome["error"]
     assert outcome["idle"] == 0, "a caught-up archiver replaced its consumer"
     assert replaced() - start >= 1
+    assert outcome["after poison"] == 0, "a trailing poison message made the archiver replace its consumer"
     counts = archived(before + after)
     assert set(counts) == {e.event_id for e in before + after}, "events lost"
     assert max(counts.values()) == 1, "events archived twice"
