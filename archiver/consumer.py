@@ -90,8 +90,8 @@ class Archiver:
         self.settings = settings
         k = settings.kafka
         self.events_topic, self.rejected_topic = k.pageviews_topic, k.rejected_topic
-        tables = raw_tables(settings)
-        self.raw, self.rejected = tables["raw.pageviews"], tables["raw.rejected"]
+        self.tables = raw_tables(settings)
+        self.raw, self.rejected = self.tables["raw.pageviews"], self.tables["raw.rejected"]
         self.consumer = self._new_consumer()
         self._stopping = False
         self._duplicates = 0
@@ -239,11 +239,10 @@ class Archiver:
     def _export_lag(self) -> None:
         """Lag per partition: Kafka's high watermark (as last fetched, no extra request) minus
         the next offset the raw tables record (:func:`archiver.lag.archived_to`)."""
-        tables = {"raw.pageviews": self.raw, "raw.rejected": self.rejected}
         for tp in self.consumer.assignment():
             _, high = self.consumer.get_watermark_offsets(tp, cached=True)
             if high is not None and high >= 0:
-                done = archived_to(tables, tp.topic, tp.partition)
+                done = archived_to(self.tables, tp.topic, tp.partition)
                 LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, high - done))
 
     def _replace_if_stalled(self, watch: StallWatch) -> None:
@@ -253,8 +252,7 @@ class Archiver:
         nothing is lost or archived twice. (Once, after a broker restart, librdkafka never
         reconnected and the archiver stood still while Kafka filled up.)"""
         try:
-            tables = {"raw.pageviews": self.raw, "raw.rejected": self.rejected}
-            behind = sum(archive_lag(self.settings, tables).values())
+            behind = sum(archive_lag(self.settings, self.tables).values())
         except KafkaException as e:
             log.info("kafka unreachable, waiting", extra=kv(error=str(e)))
             behind = 0
