@@ -51,14 +51,26 @@ def views_total(stack: RunningStack) -> int:
     return int(pc.sum(days.filter(pc.equal(days["dimension"], "all"))["pageviews"]).as_py() or 0)
 
 
-def send_hostile_beacons(stack: RunningStack) -> None:
+def in_raw(stack: RunningStack, event_ids: list[str]) -> bool:
+    """Whether raw.pageviews holds every one of these events."""
+    try:
+        raw = DeltaTable(str(stack.home / "warehouse" / "raw" / "pageviews")).to_pyarrow_table(columns=["event_id"])
+    except TableNotFoundError:
+        return False
+    return set(event_ids) <= set(raw["event_id"].to_pylist())
+
+
+def send_hostile_beacons(stack: RunningStack) -> list[str]:
+    """Send the probes (the last events of the test); return their event ids."""
     now = int(time.time() * 1000)
-    for kind, name in (("pageview", None), ("event", PROBES["n"])):
-        beacon: dict[str, object] = {"id": str(uuid.uuid4()), "k": kind, "s": SITE, "u": PROBES["u"], "r": PROBES["r"]}
+    ids = [str(uuid.uuid4()) for _ in range(2)]
+    for event_id, (kind, name) in zip(ids, (("pageview", None), ("event", PROBES["n"])), strict=True):
+        beacon: dict[str, object] = {"id": event_id, "k": kind, "s": SITE, "u": PROBES["u"], "r": PROBES["r"]}
         beacon |= {"ti": PROBES["ti"], "te": now, "ts": now} | ({"n": name} if name else {})
         headers = {"Content-Type": "text/plain", "User-Agent": FIREFOX, "X-Forwarded-For": "81.2.69.142"}
         response = httpx.post(f"{stack.ingest_url}/api/event", content=json.dumps(beacon), headers=headers)
         assert response.status_code == 202, response.text
+    return ids
 
 
 def metric(page: Any, label: str) -> str | None:
@@ -86,7 +98,7 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
     traffic = stack.tally("traffic", "--rate", "40", "--duration", "8", "--target", stack.ingest_url)
     assert traffic.returncode == 0, traffic.stdout + traffic.stderr
     assert "0 failed" in traffic.stdout
-    send_hostile_beacons(stack)
+    hostile = send_hostile_beacons(stack)
 
     page = browser.new_page(viewport={"width": 1400, "height": 1600})
     dialogs: list[str] = []
@@ -100,13 +112,18 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
     page.wait_for_selector("text=Analytics data is private", timeout=60000)
     assert page.locator("[data-testid='stMetric']").count() == 0, "an anonymous browser must see no figures"
 
-    # Wait until the streaming views hold every archived page view, then log in once (a reload
-    # would start a new Streamlit session and ask for the password again).
-    deadline = time.monotonic() + 180
-    expected = raw_figures(stack)
-    while time.monotonic() < deadline and not (expected[0] and views_total(stack) == expected[0]):
+    # Wait until raw holds the last events sent and the streaming views hold every page view in
+    # raw, then log in once (a reload would start a new Streamlit session and ask for the password again).
+    deadline = time.monotonic() + 300
+    expected = (0, 0)
+    while time.monotonic() < deadline:
+        if in_raw(stack, hostile):
+            expected = raw_figures(stack)
+            if views_total(stack) == expected[0]:
+                break
         time.sleep(2)
-        expected = raw_figures(stack)
+    else:
+        raise AssertionError(f"the views never caught up with raw: raw has {expected}, views {views_total(stack)}")
     log_in(page, stack)
     # The realtime metric renders first and the KPIs after the range's totals are read: read the
     # figures only once the page's last line shows that the script run is over.

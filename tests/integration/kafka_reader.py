@@ -39,6 +39,7 @@ def read_topic(servers: str, topic: str, timeout: float = 20.0) -> list[tuple[by
             out.append((msg.key(), msg.value() or b""))
             if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
                 pending.discard(msg.partition())
+        assert not pending, f"{topic}: partitions {sorted(pending)} not read to their end within {timeout}s"
         return out
     finally:
         consumer.close()

@@ -101,7 +101,9 @@ def _kill_a_leader_under_load(stack: Replicated, phases: Phases) -> None:
     assert not sent.unaccepted, f"{len(sent.unaccepted)} events were never accepted after the broker died"
     after_kill = load.accepted_since(killed_at)
     assert after_kill >= phases.after * phases.rate * 0.5, f"ingest accepted only {after_kill} events after the kill"
-    assert stack.cluster.leader(k.pageviews_topic, 0) != victim, "no new leader was elected"
+    # The controller declares the victim dead only after its session timeout (and first elects a
+    # new controller if the victim was it): poll rather than look once.
+    wait_for(lambda: stack.cluster.leader(k.pageviews_topic, 0) not in (victim, -1), 60, "a new leader for partition 0")
 
     accepted = set(sent.accepted)
     wait_for(lambda: accepted <= set(_raw_ids(stack.settings, stack.site)), 180, "the archiver to catch up")
