@@ -32,7 +32,8 @@ BENCHMARKS = [
         " and a new one whenever all are busy (up to 1,024), so the client never holds a request back"
         " (2 uvicorn workers each). After a 30 s warm-up of each (the broker's JIT), the two servers climb the"
         " ramp side by side, taking turns at every rate; peak = the highest step with every request 2xx and"
-        " p99 < 100 ms, refined by halving the next step 3 times; latency at half of it, and the CPU time each"
+        " p99 < 100 ms (a step that misses is run again at once, and fails only if it misses twice in a row),"
+        " refined by halving the next step 3 times; latency at half of it, and the CPU time each"
         " request cost the server's workers and the broker.",
     ),
     Benchmark("archiver", "Archiver: throughput and beacon -> raw latency", archiver.measure, f"{PY} bench.archiver"),

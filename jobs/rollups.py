@@ -3,19 +3,25 @@
 The 1-minute view is written by every micro-batch, so it is the low-latency one. Rolling the
 coarser grains up after every batch would triple each batch's Delta commits, so the traffic
 query only collects the minutes it touched, and the job's main thread rolls them up at most
-every ``spark.rollup_seconds``, concurrently with the queries. A crash can lose the collected
-range, so a freshly started job first re-rolls everything a crashed run could have left
-behind: windows still inside the watermark of the newest minute in the table, since older
-minutes can no longer change.
+every ``spark.rollup_seconds``, concurrently with the queries. The collected range is kept in a
+journal beside the checkpoints (:class:`PendingJournal`), written before the traffic batch
+commits, so a crash cannot lose it: a freshly started job re-rolls the journal's range, plus the
+windows still inside the watermark of the newest minute in the table.
+
+The watermark alone is not enough: one batch of a backlog (a job catching up after a stop)
+writes hours of minutes at once, and a second crash before the first roll-up would lose the
+range a recovery had scheduled.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -90,18 +96,86 @@ def roll_up(spark: SparkSession, settings: Settings, touched: Touched) -> None:
     upsert(active, ACTIVE_5M, settings, dates=days_between(first, hi), within=("window_start", first, hi))
 
 
+def to_json(touched: Touched | None) -> str:
+    if touched is None:
+        return "{}"
+    sites, first, last = sorted(touched.sites), touched.first.isoformat(), touched.last.isoformat()
+    return json.dumps({"sites": sites, "first": first, "last": last})
+
+
+def from_json(text: str) -> Touched | None:
+    found = json.loads(text)
+    if not found:
+        return None
+    first, last = dt.datetime.fromisoformat(found["first"]), dt.datetime.fromisoformat(found["last"])
+    return Touched(frozenset(found["sites"]), first, last)
+
+
+class Journal(Protocol):
+    def load(self) -> Touched | None: ...
+    def save(self, touched: Touched | None) -> None: ...
+
+
+class PendingJournal:
+    """The range not rolled up yet, in one small JSON file through Hadoop's file system (so the
+    same code works beside local checkpoints and on object storage). A save writes a new file and
+    renames it over the old one; a crash between the two leaves the new one, which load reads."""
+
+    def __init__(self, spark: SparkSession, uri: str) -> None:
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        assert jvm is not None, "a JVM-backed Spark session"
+        self._path = jvm.org.apache.hadoop.fs.Path(uri)
+        self._next = jvm.org.apache.hadoop.fs.Path(uri + ".next")
+        self._fs = self._path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+        self._io = jvm.org.apache.commons.io.IOUtils
+
+    def _read(self, path: Any) -> str:
+        stream = self._fs.open(path)
+        try:
+            return str(self._io.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def load(self) -> Touched | None:
+        for path in (self._next, self._path):  # a leftover .next is the newer one
+            if self._fs.exists(path):
+                return from_json(self._read(path))
+        return None
+
+    def save(self, touched: Touched | None) -> None:
+        out = self._fs.create(self._next, True)
+        try:
+            out.write(to_json(touched).encode())
+            out.hsync()
+        finally:
+            out.close()
+        self._fs.delete(self._path, False)
+        self._fs.rename(self._next, self._path)
+
+
 class Rollups:
     """Collects touched minutes and rolls them up when due; safe to call from several threads."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, journal: Journal | None = None) -> None:
         self.settings = settings
+        self.journal = journal
         self.pending: Touched | None = None
+        self.rolling: Touched | None = None  # taken from ``pending`` by the roll-up running now
         self._last_run = 0.0
-        self._lock = threading.Lock()  # guards ``pending``
+        self._lock = threading.Lock()  # guards ``pending``, ``rolling`` and the journal
         self._running = threading.Lock()  # one roll-up at a time
+
+    def _save(self) -> None:
+        """Journal what is not rolled up yet (called under ``_lock``)."""
+        if self.journal is not None:
+            self.journal.save(self.pending.union(self.rolling) if self.pending else self.rolling)
 
     def recover(self, spark: SparkSession) -> None:
         """After a (re)start: schedule every window a crashed run may not have rolled up."""
+        journaled = self.journal.load() if self.journal is not None else None
+        if journaled is not None:
+            self.touch(journaled)
+            log.info("rollups recovering the journal", extra=kv(first=str(journaled.first), last=str(journaled.last)))
         uri = self.settings.table_uri(TRAFFIC_1M.table)
         table = find_table(self.settings, TRAFFIC_1M.table)
         if table is None:
@@ -120,8 +194,10 @@ class Rollups:
         log.info("rollups recovering after start", extra=kv(first=str(lo), last=str(found[0])))
 
     def touch(self, touched: Touched) -> None:
+        """Add a range to roll up; it is in the journal when this returns."""
         with self._lock:
             self.pending = touched.union(self.pending)
+            self._save()
 
     def run_if_due(self, spark: SparkSession, *, force: bool = False) -> bool:
         """Roll up what is pending if ``spark.rollup_seconds`` have passed (or ``force``).
@@ -134,13 +210,18 @@ class Rollups:
                 due = force or time.monotonic() - self._last_run >= self.settings.spark.rollup_seconds
                 if self.pending is None or not due:
                     return False
-                touched, self.pending = self.pending, None
+                touched, self.pending, self.rolling = self.pending, None, self.pending
             began = time.monotonic()
             try:
                 roll_up(spark, self.settings, touched)
             except Exception:
+                with self._lock:
+                    self.rolling = None
                 self.touch(touched)
                 raise
+            with self._lock:
+                self.rolling = None
+                self._save()
             self._last_run = time.monotonic()
         log.info(
             "rolled up",

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from jobs import ratelimit, sessions, traffic
 from jobs.delta_sink import upsert
 from jobs.late import LateEventsListener
-from jobs.rollups import Rollups, Touched, days_between, read_range, truncate
+from jobs.rollups import PendingJournal, Rollups, Touched, days_between, read_range, truncate
 from jobs.views import (
     RATELIMIT,
     SESSIONS,
@@ -239,11 +239,12 @@ def default_checkpoints(settings: Settings) -> str:
 def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
     """Start the view queries (traffic, sessions, rate limit) and return them."""
     spark = spark_session(settings, "tally-views", extra=scheduler_pools(settings))
-    job = ViewJob(spark, settings, rollups=Rollups(settings))
+    checkpoints = checkpoint_root or default_checkpoints(settings)
+    journal = PendingJournal(spark, f"{checkpoints.rstrip('/')}/rollups-pending.json")
+    job = ViewJob(spark, settings, rollups=Rollups(settings, journal))
     assert job.rollups is not None
     job.rollups.recover(spark)
     spark.streams.addListener(job.late)
-    checkpoints = checkpoint_root or default_checkpoints(settings)
     gap = settings.spark.session_gap
     plans: list[tuple[str, DataFrame, str, BatchWriter]] = [  # name, rows, output mode, writer
         (

@@ -35,15 +35,17 @@ def _views_service(iso: Settings) -> Service:
     return Service("views-restart", [sys.executable, "-m", "jobs.streaming"], env=env)
 
 
-def _batch_in_flight(iso: Settings) -> bool:
-    """Spark writes offsets/N when a micro-batch starts and commits/N when it ends."""
-    checkpoint = Path(iso.home, "checkpoints", "traffic")
+def _last_batch(iso: Settings, folder: str) -> int:
+    """The traffic query's last batch id in a checkpoint folder (-1 if none)."""
+    names = [p.name for p in Path(iso.home, "checkpoints", "traffic", folder).glob("[0-9]*")]
+    return max((int(n) for n in names if n.isdigit()), default=-1)
 
-    def last(folder: str) -> int:
-        names = [p.name for p in (checkpoint / folder).glob("[0-9]*")]
-        return max((int(n) for n in names if n.isdigit()), default=-1)
 
-    return last("offsets") > last("commits")
+def _batch_in_flight(iso: Settings, after: int) -> bool:
+    """A micro-batch later than ``after`` has started and not ended (Spark writes offsets/N when
+    a batch starts and commits/N when it ends)."""
+    started = _last_batch(iso, "offsets")
+    return started > after and started > _last_batch(iso, "commits")
 
 
 def _pageviews(iso: Settings, table: str = TRAFFIC_1D.table) -> int:
@@ -69,9 +71,14 @@ def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
     supervisor.start(_views_service(iso))
     try:
         wait_for(lambda: _pageviews(iso) > 0, 180, "the first views")
+        killed = -1
         for chunk in thirds[1:]:
             produce(iso, chunk)
-            wait_for(lambda: _batch_in_flight(iso), 60, "a traffic micro-batch to start")
+            # Later than the batch killed last time: the restarted job redoes that one first, so
+            # it is "in flight" before the new JVM even runs.
+            in_flight = functools.partial(_batch_in_flight, iso, killed)
+            wait_for(in_flight, 120, f"a traffic micro-batch after {killed} to start")
+            killed = _last_batch(iso, "offsets")
             running = supervisor.find("views-restart")
             assert running is not None, "the views job died by itself; see its log"
             os.killpg(running.pid, signal.SIGKILL)  # the Python driver and its JVM

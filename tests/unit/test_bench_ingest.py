@@ -34,3 +34,25 @@ def test_the_ramps_take_turns_at_every_rate_and_each_server_stops_at_its_own_lim
     assert ramp_steps[:6] == [(1, 250), (2, 250), (2, 500), (1, 500), (1, 1000), (2, 1000)]
     # b drops out at its first failure (2000/s); a goes on alone.
     assert (2, 3000) not in steps and (1, 3000) in steps and (1, 8000) not in steps
+
+
+def test_a_step_missed_once_is_run_again_and_only_two_misses_in_a_row_end_the_ramp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    capacity = 4_500.0
+    stalls = {1000}  # one stall of the shared machine, during the first run at 1000/s
+    steps: list[float] = []
+
+    def fake_run(_port: int, _make: object, *, rate: float, seconds: float) -> Run:
+        steps.append(rate)
+        stalled = rate in stalls
+        stalls.discard(rate)
+        ok = rate <= capacity and not stalled
+        n = int(rate * seconds)
+        return Run(rate, seconds, [1.0 if ok else 500.0] * n, errors=0, statuses={202: n})
+
+    monkeypatch.setattr(bench.ingest, "run_open_loop", fake_run)
+    peaks = bench.ingest.ramp({"a": 1}, lambda port, salt: lambda i: b"", 1.0, warmup_s=1.0, refine=3)
+    assert peaks["a"] == 4_500  # the stall at 1000/s did not end the climb
+    assert steps.count(1000) == 2 and steps.count(2000) == 1  # run again once, at once
+    assert steps.count(6000) == 2  # a real limit misses twice in a row

@@ -1,0 +1,87 @@
+"""The roll-ups' journal: a range the traffic query wrote stays journaled until a roll-up covered
+it, so a crash (even two in a row, before any roll-up ran) cannot lose it. The real restart:
+tests/integration/test_views_restart.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import jobs.rollups
+from jobs.rollups import Rollups, Touched, from_json, to_json
+from tally.settings import load_settings
+
+T0 = dt.datetime(2026, 2, 3, 9, 0)
+
+
+class MemoryJournal:
+    """The journal's file, in memory (the Hadoop-backed one runs in the integration tests)."""
+
+    def __init__(self) -> None:
+        self.text = to_json(None)
+
+    def load(self) -> Touched | None:
+        return from_json(self.text)
+
+    def save(self, touched: Touched | None) -> None:
+        self.text = to_json(touched)
+
+
+def minutes(first: int, last: int, *sites: str) -> Touched:
+    return Touched(frozenset(sites or ("a.test",)), T0 + dt.timedelta(minutes=first), T0 + dt.timedelta(minutes=last))
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))  # no agg.traffic_1m there: recovery is the journal's alone
+    return load_settings()
+
+
+def test_a_range_survives_two_crashes_in_a_row_before_any_roll_up(settings: Any) -> None:
+    journal = MemoryJournal()
+    first_run = Rollups(settings, journal)
+    first_run.touch(minutes(0, 56))  # a backlog batch: an hour of minutes, far wider than the watermark
+    # crash; the restarted job recovers, writes another batch, and crashes again before rolling up
+    second_run = Rollups(settings, journal)
+    second_run.recover(None)  # type: ignore[arg-type]
+    second_run.touch(minutes(56, 122, "b.test"))
+    third_run = Rollups(settings, journal)
+    third_run.recover(None)  # type: ignore[arg-type]
+    assert third_run.pending == Touched(frozenset({"a.test", "b.test"}), T0, T0 + dt.timedelta(minutes=122))
+
+
+def test_a_range_leaves_the_journal_only_once_rolled_up_and_comes_back_if_the_roll_up_fails(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = MemoryJournal()
+    rollups = Rollups(settings, journal)
+    rolled: list[Touched] = []
+
+    def roll_up(_spark: Any, _settings: Any, touched: Touched) -> None:
+        # A batch written while the roll-up runs is journaled beside the range being rolled up.
+        rollups.touch(minutes(200, 201))
+        assert journal.load() == minutes(0, 10).union(minutes(200, 201))
+        rolled.append(touched)
+
+    monkeypatch.setattr(jobs.rollups, "roll_up", roll_up)
+    rollups.touch(minutes(0, 10))
+    assert rollups.run_if_due(None, force=True)  # type: ignore[arg-type]
+    assert rolled == [minutes(0, 10)]
+    assert journal.load() == minutes(200, 201), "only what the roll-up did not cover stays"
+
+    def failing(_spark: Any, _settings: Any, _touched: Touched) -> None:
+        raise RuntimeError("executor lost")
+
+    monkeypatch.setattr(jobs.rollups, "roll_up", failing)
+    with pytest.raises(RuntimeError):
+        rollups.run_if_due(None, force=True)  # type: ignore[arg-type]
+    assert journal.load() == minutes(200, 201) and rollups.pending == minutes(200, 201)
+
+
+def test_the_journal_text_round_trips_and_an_empty_one_means_nothing_pending() -> None:
+    touched = minutes(3, 7, "a.test", "b.test")
+    assert from_json(to_json(touched)) == touched
+    assert from_json(to_json(None)) is None
