@@ -212,16 +212,16 @@ class Rollups:
                     return False
                 touched, self.pending, self.rolling = self.pending, None, self.pending
             began = time.monotonic()
+            rolled = False
             try:
                 roll_up(spark, self.settings, touched)
-            except Exception:
+                rolled = True
+            finally:  # the range leaves the journal only once rolled up; if the roll-up failed, it goes back
                 with self._lock:
                     self.rolling = None
-                self.touch(touched)
-                raise
-            with self._lock:
-                self.rolling = None
-                self._save()
+                    if not rolled:
+                        self.pending = touched.union(self.pending)
+                    self._save()
             self._last_run = time.monotonic()
         log.info(
             "rolled up",

@@ -30,11 +30,14 @@ PROBES = {
 }
 
 
+def raw_table(stack: RunningStack) -> DeltaTable:
+    """raw.pageviews, read by delta-rs (not Spark)."""
+    return DeltaTable(str(stack.home / "warehouse" / "raw" / "pageviews"))
+
+
 def raw_figures(stack: RunningStack) -> tuple[int, int]:
-    """Non-bot page views and distinct visitor ids in raw.pageviews, read by delta-rs (not Spark)."""
-    raw = DeltaTable(str(stack.home / "warehouse" / "raw" / "pageviews")).to_pyarrow_table(
-        columns=["type", "is_bot", "visitor_id"]
-    )
+    """Non-bot page views and distinct visitor ids in raw.pageviews."""
+    raw = raw_table(stack).to_pyarrow_table(columns=["type", "is_bot", "visitor_id"])
     human = raw.filter(pc.invert(raw["is_bot"]))
     views = int(pc.sum(pc.equal(human["type"], "pageview")).as_py() or 0)
     return views, len(pc.unique(human["visitor_id"]))
@@ -54,7 +57,7 @@ def views_total(stack: RunningStack) -> int:
 def in_raw(stack: RunningStack, event_ids: list[str]) -> bool:
     """Whether raw.pageviews holds every one of these events."""
     try:
-        raw = DeltaTable(str(stack.home / "warehouse" / "raw" / "pageviews")).to_pyarrow_table(columns=["event_id"])
+        raw = raw_table(stack).to_pyarrow_table(columns=["event_id"])
     except TableNotFoundError:
         return False
     return set(event_ids) <= set(raw["event_id"].to_pylist())

@@ -17,6 +17,7 @@ from jobs.backfill import backfill
 from jobs.views import SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
 from tally.processes import Service, Supervisor
 from tally.settings import Settings
+from tests.faults.reconcile import view_pageviews
 from tests.integration.conftest import wait_for
 from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw
 from traffic.synthetic import synthetic_events
@@ -48,18 +49,6 @@ def _batch_in_flight(iso: Settings, after: int) -> bool:
     return started > after and started > _last_batch(iso, "commits")
 
 
-def _pageviews(iso: Settings, table: str = TRAFFIC_1D.table) -> int:
-    """The site's page views in a view (its ``all`` rows where the view has dimensions)."""
-    try:
-        rows = view(iso, table)
-    except Exception:  # not written yet
-        return -1
-    rows = rows[rows["site_id"] == SITE]
-    if "dimension" in rows:
-        rows = rows[rows["dimension"] == "all"]
-    return int(rows["pageviews"].sum())
-
-
 def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
     settings: Settings, supervisor: Supervisor, kafka: str, spark: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -70,7 +59,7 @@ def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
     produce(iso, thirds[0])
     supervisor.start(_views_service(iso))
     try:
-        wait_for(lambda: _pageviews(iso) > 0, 180, "the first views")
+        wait_for(lambda: view_pageviews(iso, TRAFFIC_1D.table, SITE) > 0, 180, "the first views")
         killed = -1
         for chunk in thirds[1:]:
             produce(iso, chunk)
@@ -91,7 +80,7 @@ def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
         humans = sum(1 for r in rows if r["type"] == "pageview" and not r["is_bot"])
         for table in (TRAFFIC_1D.table, SESSIONS.table, VISITS_1D.table):
             # Sessions close one micro-batch after the watermark passes them, in a query of their own.
-            complete = functools.partial(lambda t: _pageviews(iso, t) == humans, table)
+            complete = functools.partial(lambda t: view_pageviews(iso, t, SITE) == humans, table)
             wait_for(complete, 180, f"{humans} page views in {table}")
     finally:
         supervisor.stop("views-restart")
