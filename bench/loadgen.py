@@ -22,6 +22,7 @@ class Run:
     errors: int
     statuses: dict[int, int]
     connections: int = 0  # keep-alive connections opened in all (the first ones, and any opened when all were busy)
+    warmup_failures: int = 0  # requests of the uncounted warm-up that failed or were not answered 2xx
 
     @property
     def achieved(self) -> float:
@@ -54,7 +55,13 @@ def http_post(path: str, port: int, body: bytes, headers: dict[str, str]) -> byt
 
 
 async def _run(
-    port: int, make_request: Callable[[int], bytes], rate: float, seconds: float, connections: int, max_connections: int
+    port: int,
+    make_request: Callable[[int], bytes],
+    rate: float,
+    seconds: float,
+    connections: int,
+    max_connections: int,
+    warmup_s: float,
 ) -> Run:
     pool: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
     for _ in range(connections):
@@ -77,29 +84,39 @@ async def _run(
                 raise
         return await pool.get()
 
-    async def one(i: int, scheduled: float) -> None:
+    def failed(counted: bool) -> None:
+        if counted:
+            result.errors += 1
+        else:
+            result.warmup_failures += 1
+
+    async def one(i: int, scheduled: float, counted: bool) -> None:
         try:
             conn = await connection()
         except OSError:  # refused (e.g. the server's accept queue is full): a failed request
-            result.errors += 1
+            failed(counted)
             return
         try:
             status = await _request(*conn, make_request(i))
-            result.statuses[status] = result.statuses.get(status, 0) + 1
-            result.latencies_ms.append((time.perf_counter() - scheduled) * 1000)
+            if counted:
+                result.statuses[status] = result.statuses.get(status, 0) + 1
+                result.latencies_ms.append((time.perf_counter() - scheduled) * 1000)
+            elif not 200 <= status < 300:
+                result.warmup_failures += 1
             pool.put_nowait(conn)
         except (OSError, asyncio.IncompleteReadError, ValueError):
-            result.errors += 1
+            failed(counted)
             pool.put_nowait(await asyncio.open_connection("127.0.0.1", port))
 
     start = time.perf_counter() + 0.05
-    total = int(rate * seconds)
+    uncounted = int(rate * warmup_s)
+    total = uncounted + int(rate * seconds)
     for i in range(total):
         scheduled = start + i / rate
         delay = scheduled - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        task = asyncio.create_task(one(i, scheduled))
+        task = asyncio.create_task(one(i, scheduled, i >= uncounted))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
     deadline = time.perf_counter() + 30  # a bounded drain: the run stops by itself
@@ -123,19 +140,27 @@ def run_open_loop(
     seconds: float,
     connections: int = 64,
     max_connections: int = 1024,
+    warmup_s: float = 0.0,
 ) -> Run:
     """Send ``rate`` requests/s for ``seconds`` to 127.0.0.1:port and collect latencies.
 
     ``connections`` keep-alive connections are opened first; more are opened, up to
     ``max_connections``, whenever every one is busy when a request is due.
+
+    ``warmup_s``: first send at ``rate`` for this long without timing it, on the same schedule
+    and connections: the run then measures the steady state, not the burst of connections a
+    server whose answers take longer needs at the start. A warm-up request that fails still
+    counts (``Run.warmup_failures``), so a server that cannot take the rate from the start
+    does not pass.
     """
-    return asyncio.run(_run(port, make_request, rate, seconds, connections, max_connections))
+    return asyncio.run(_run(port, make_request, rate, seconds, connections, max_connections, warmup_s))
 
 
 def sustained(run: Run) -> bool:
     """Kept up: every request answered 2xx and p99 stayed under 100 ms (no queue building up)."""
     ok = sum(n for status, n in run.statuses.items() if 200 <= status < 300)
-    return run.errors == 0 and ok >= 0.999 * run.rate * run.seconds and run.percentile(0.99) < 100
+    answered = run.errors == 0 and run.warmup_failures == 0
+    return answered and ok >= 0.999 * run.rate * run.seconds and run.percentile(0.99) < 100
 
 
 def summary(run: Run) -> str:

@@ -17,9 +17,12 @@ def test_the_ramps_take_turns_at_every_rate_and_each_server_stops_at_its_own_lim
 ) -> None:
     capacity = {1: 4_500.0, 2: 1_800.0}  # port -> the highest rate it keeps up with
     steps: list[tuple[int, float]] = []
+    warmups: set[float] = set()
 
-    def fake_run(port: int, _make: object, *, rate: float, seconds: float) -> Run:
+    def fake_run(port: int, _make: object, *, rate: float, seconds: float, warmup_s: float = 0.0) -> Run:
         steps.append((port, rate))
+        if rate in bench.ingest.RATES:
+            warmups.add(warmup_s)
         ok = rate <= capacity[port]
         n = int(rate * seconds)
         return Run(rate, seconds, [1.0 if ok else 500.0] * n, errors=0, statuses={202: n})
@@ -34,6 +37,8 @@ def test_the_ramps_take_turns_at_every_rate_and_each_server_stops_at_its_own_lim
     assert ramp_steps[:6] == [(1, 250), (2, 250), (2, 500), (1, 500), (1, 1000), (2, 1000)]
     # b drops out at its first failure (2000/s); a goes on alone.
     assert (2, 3000) not in steps and (1, 3000) in steps and (1, 8000) not in steps
+    # Every step (the first, 30 s warm-up at 500/s aside) begins with its own untimed second.
+    assert warmups == {0.0, bench.ingest.STEP_WARMUP_S}
 
 
 def test_a_step_missed_once_is_run_again_and_only_two_misses_in_a_row_end_the_ramp(
@@ -43,7 +48,7 @@ def test_a_step_missed_once_is_run_again_and_only_two_misses_in_a_row_end_the_ra
     stalls = {1000}  # one stall of the shared machine, during the first run at 1000/s
     steps: list[float] = []
 
-    def fake_run(_port: int, _make: object, *, rate: float, seconds: float) -> Run:
+    def fake_run(_port: int, _make: object, *, rate: float, seconds: float, warmup_s: float = 0.0) -> Run:
         steps.append(rate)
         stalled = rate in stalls
         stalls.discard(rate)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from bench.loadgen import http_post, run_open_loop, sustained
+from bench.loadgen import Run, http_post, run_open_loop, sustained
 
 DELAY_S = 0.05
 RESPONSE = b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\n{}"
@@ -87,3 +87,20 @@ def test_a_refused_connection_counts_as_a_failed_request() -> None:
     assert run.errors == 10
     assert run.statuses == {}
     assert not sustained(run)
+
+
+def test_the_warm_up_is_sent_on_the_same_schedule_but_not_timed(slow_server: int) -> None:
+    run = run_open_loop(slow_server, _request(slow_server), rate=100, seconds=0.5, warmup_s=0.5, connections=2)
+    assert len(run.latencies_ms) == 50 and run.statuses == {202: 50}  # the 50 warm-up requests are not in it
+    assert run.warmup_failures == 0 and run.errors == 0
+    assert sustained(run)
+
+
+def test_a_failure_in_the_warm_up_still_fails_the_run() -> None:
+    with socket.socket() as probe:  # a port with nothing listening on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run = run_open_loop(port, _request(port), rate=50, seconds=0.2, warmup_s=0.2, connections=0)
+    assert (run.warmup_failures, run.errors) == (10, 10)
+    answered = Run(50, 0.2, [1.0] * 10, errors=0, statuses={202: 10}, warmup_failures=1)
+    assert not sustained(answered)  # every timed request fine, one warm-up request not
