@@ -322,7 +322,7 @@ class StallWatch:
     after: float
     every: float = 5.0
     last_message: float = field(default_factory=time.monotonic)
-    last_check: float = 0.0
+    last_check: float = float("-inf")  # never checked (not 0.0: the monotonic clock starts at boot)
     suspect: bool = False
 
     def fetched(self) -> None:

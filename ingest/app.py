@@ -46,6 +46,7 @@ PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRA
 # a young collection every few requests, and a full one, through the country database's large
 # lists, every ~1,700: about a sixth of a worker's CPU. Cycles (if any) are still collected.
 GC_YOUNG_THRESHOLD = 10_000
+COUNTS_FLUSH_S = 1.0  # accepted-event counters reach /metrics at most this late from another worker
 
 
 class TooLarge(Exception):
@@ -102,6 +103,15 @@ def settle_heap() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
+async def flush_counts_forever(pipeline: Pipeline) -> None:
+    try:
+        while True:
+            await asyncio.sleep(COUNTS_FLUSH_S)
+            pipeline.counts.flush()
+    finally:
+        pipeline.counts.flush()  # stopping: count what is left
+
+
 def request_facts(request: Request, settings: Settings) -> RequestFacts:
     return RequestFacts(
         client_ip(request, settings.ingest.trusted_proxies),
@@ -131,16 +141,18 @@ def create_app(settings: Settings | None = None) -> Starlette:
         follower = BlockFollower(
             client_config=settings.kafka.client_config(), topic=settings.kafka.ratelimit_topic, blocks=blocks
         )
-        state["pipeline"] = Pipeline(settings, store, limiter)
+        state["pipeline"] = pipeline = Pipeline(settings, store, limiter)
         replayer = asyncio.create_task(store.replay_forever())
+        counter = asyncio.create_task(flush_counts_forever(pipeline))
         settle_heap()
         log_startup(settings)
         try:
             yield
         finally:
-            replayer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await replayer
+            for task in (replayer, counter):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             follower.close()
             kafka.close()
             store.spool.close()
@@ -199,6 +211,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         return JSONResponse({"status": status, "spooled": store.spool.spooled, "blocked_clients": len(blocks)})
 
     async def metrics(_request: Request) -> Response:
+        state["pipeline"].counts.flush()  # this worker's counts are exact; another's at most COUNTS_FLUSH_S old
         registry = REGISTRY
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # several workers: sum their counters
             registry = CollectorRegistry()

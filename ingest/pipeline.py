@@ -32,6 +32,28 @@ STORED = Counter("tally_ingest_stored_total", "Accepted events by where they wer
 THROTTLED = Counter("tally_ingest_throttled_requests_total", "Requests refused by a rate limit")
 
 
+class BufferedCounts:
+    """Counter increments kept in memory and written to Prometheus together, by :meth:`flush`.
+
+    With several workers, each increment of a prometheus_client counter takes a lock, a getpid
+    system call and a write to the worker's mmap file, and the accept path made two a request.
+    ingest.app flushes every second and before it serves /metrics; refusals (rare, and read at
+    once by operators) still count directly.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[Any, float] = {}
+
+    def add(self, counter: Any, amount: float) -> None:
+        """Count ``amount`` on ``counter`` (a prometheus_client counter or labelled child) at the next flush."""
+        self._pending[counter] = self._pending.get(counter, 0) + amount
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        for counter, amount in pending.items():
+            counter.inc(amount)
+
+
 @dataclass
 class Outcome:
     """The answer to one request: HTTP status and JSON body, plus headers."""
@@ -51,6 +73,7 @@ class Pipeline:
         self.salts = SaltStore(settings.home_dir / "salts")
         self._accepted = EVENTS.labels(outcome="accepted")
         self._stored = {where: STORED.labels(store=where) for where in ("kafka", "spool")}
+        self.counts = BufferedCounts()
 
     def _letter(self, rejection: Rejection, payload: bytes, received_at: int) -> Record:
         """One refusal as a dead-letter record; it is stored as durably as an event."""
@@ -140,8 +163,8 @@ class Pipeline:
         # One append for the whole request: Kafka acknowledges its events and dead letters together.
         where = await self.store.append(records)
         if events:
-            self._accepted.inc(len(events))
-            self._stored[where].inc(len(events))
+            self.counts.add(self._accepted, len(events))
+            self.counts.add(self._stored[where], len(events))
         if not events:
             first = invalid[0][1]
             headers = {"Retry-After": str(first.retry_after_s)} if first.retry_after_s else {}

@@ -129,3 +129,22 @@ def test_snippet_spec_metrics_and_health_are_served(ingest_url: str) -> None:
     assert "/api/event" in spec["paths"] and "Beacon" in spec["components"]["schemas"]
     assert httpx.get(f"{ingest_url}/healthz").json()["status"] == "ok"
     assert "tally_ingest_events_total" in httpx.get(f"{ingest_url}/metrics").text
+
+
+def counted(url: str, sample: str) -> float:
+    """One sample of ingest's /metrics, e.g. ``tally_ingest_events_total{outcome="accepted"}``; 0 when absent."""
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == sample:
+            return float(value)
+    return 0.0
+
+
+def test_metrics_count_every_accepted_event_at_once(settings: Settings, ingest_url: str) -> None:
+    """Accepted events are counted in memory and flushed in bulk; /metrics must still show them at once."""
+    accepted, stored = 'tally_ingest_events_total{outcome="accepted"}', 'tally_ingest_stored_total{store="kafka"}'
+    before = counted(ingest_url, accepted), counted(ingest_url, stored)
+    site = settings.sites[0].site_id
+    assert post(ingest_url, json.dumps([beacon(site), beacon(site)]).encode()).status_code == 202
+    assert post(ingest_url, json.dumps(beacon(site)).encode()).status_code == 202
+    assert (counted(ingest_url, accepted), counted(ingest_url, stored)) == (before[0] + 3, before[1] + 3)

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter
 
 from ingest.beacon import ParsedBody, parse_beacons
 from ingest.enrich import RequestFacts
-from ingest.pipeline import Outcome, Pipeline
+from ingest.pipeline import BufferedCounts, Outcome, Pipeline
 from ingest.ratelimit import RateLimiter
 from ingest.spool import Record
 from tally.deadletter import DeadLetter
@@ -84,3 +85,16 @@ def test_a_throttled_request_dead_letters_every_event_with_its_id(pipeline: tupl
     (letter,) = [DeadLetter.from_json(v) for _, _, v in store.appends[-1]]
     assert letter.kind == "rate_limited" and "0b9f7f2e-8f2a-4c1e-9a53-000000000004" in (letter.payload or "")
     assert accept(pipe, beacon(5), ip="198.18.0.2").status == 202, "another client is not limited"
+
+
+def test_buffered_counts_reach_the_counter_only_when_flushed_and_only_once() -> None:
+    registry = CollectorRegistry()
+    events = Counter("events_total", "test", ["outcome"], registry=registry)
+    accepted = events.labels(outcome="accepted")
+    counts = BufferedCounts()
+    counts.add(accepted, 2)
+    counts.add(accepted, 3)
+    assert registry.get_sample_value("events_total", {"outcome": "accepted"}) == 0
+    counts.flush()
+    counts.flush()  # nothing pending: adds nothing
+    assert registry.get_sample_value("events_total", {"outcome": "accepted"}) == 5
