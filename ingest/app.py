@@ -21,9 +21,10 @@ from pathlib import Path
 import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from ingest.beacon import ParsedBody, Rejection, parse_beacons
 from ingest.blocks import BlockFollower
@@ -69,20 +70,32 @@ def header_values(request: Request, *names: bytes) -> list[str]:
 async def read_capped(request: Request, limit: int, declared: str) -> bytes:
     """The request body, refusing anything over ``limit`` bytes without reading much past it.
 
-    ``declared``: the Content-Length header, if any, for the size a refusal reports.
+    ``declared``: the Content-Length header, if any, for the size a refusal reports. Reads the
+    ASGI messages itself (as ``Request.stream`` does, without its generator): a beacon is one.
     """
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            size = int(declared) if declared.isdigit() else len(body)
-            raise TooLarge(size, bytes(body))
-    return bytes(body)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk: bytes = message.get("body", b"")
+        more = message.get("more_body", False)
+        if not chunks and not more and len(chunk) <= limit:
+            return chunk  # the whole body in one message: no copy
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            head = b"".join(chunks)
+            raise TooLarge(int(declared) if declared.isdigit() else size, head)
+        if not more:
+            return b"".join(chunks)
 
 
 def client_ip(request: Request, trusted_proxies: tuple[str, ...], forwarded: str | None = None) -> str:
     """The visitor's IP: X-Forwarded-For's first hop, but only from a trusted proxy."""
-    peer = request.client.host if request.client else ""
+    client = request.scope.get("client")
+    peer = client[0] if client else ""
     if forwarded is None:
         forwarded = request.headers.get("x-forwarded-for")
     if forwarded and peer in trusted_proxies:
@@ -120,7 +133,23 @@ def request_facts(request: Request, settings: Settings) -> RequestFacts:
     )
 
 
+class SharedResponse(Response):
+    """A response built once and sent to many requests; each gets its own copy of the header
+    list, since a middleware may add to a response's headers in place."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": list(self.raw_headers)})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+# The answer to nearly every request (one event, accepted) is always the same: built once.
+ONE_ACCEPTED = {"accepted": 1}
+ONE_ACCEPTED_RESPONSE = SharedResponse(encode_json(ONE_ACCEPTED), 202, headers=CORS, media_type="application/json")
+
+
 def _json(outcome: Outcome) -> Response:
+    if outcome.status == 202 and outcome.body == ONE_ACCEPTED and not outcome.headers:
+        return ONE_ACCEPTED_RESPONSE
     body = encode_json(outcome.body)
     return Response(body, outcome.status, headers=CORS | outcome.headers, media_type="application/json")
 
