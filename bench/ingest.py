@@ -183,7 +183,7 @@ def measure(
             half = run_open_loop(
                 port, single(port, 900_000_000), rate=half_rate, seconds=half_s, warmup_s=STEP_WARMUP_S
             )
-            sent = len(half.latencies_ms) + int(half_rate * STEP_WARMUP_S)  # the CPU below covers the warm-up too
+            sent = len(half.latencies_ms) + half.warmup_requests  # the CPU below covers the warm-up too
             per_request = 1e6 / max(sent, 1)  # CPU seconds -> µs per request
             print(f"  {label} at half of its peak: {summary(half)}", flush=True)
             served = (cpu_seconds(server, children=True) - server_cpu) * per_request

@@ -22,6 +22,7 @@ class Run:
     errors: int
     statuses: dict[int, int]
     connections: int = 0  # keep-alive connections opened in all (the first ones, and any opened when all were busy)
+    warmup_requests: int = 0  # sent before the timed part (run_open_loop's warmup_s), not in latencies_ms
     warmup_failures: int = 0  # requests of the uncounted warm-up that failed or were not answered 2xx
 
     @property
@@ -67,7 +68,8 @@ async def _run(
     for _ in range(connections):
         pool.put_nowait(await asyncio.open_connection("127.0.0.1", port))
     opened = connections
-    result = Run(rate, seconds, [], 0, {})
+    uncounted = int(rate * warmup_s)
+    result = Run(rate, seconds, [], 0, {}, warmup_requests=uncounted)
     tasks: set[asyncio.Task[None]] = set()
 
     async def connection() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -109,7 +111,6 @@ async def _run(
             pool.put_nowait(await asyncio.open_connection("127.0.0.1", port))
 
     start = time.perf_counter() + 0.05
-    uncounted = int(rate * warmup_s)
     total = uncounted + int(rate * seconds)
     for i in range(total):
         scheduled = start + i / rate
