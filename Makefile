@@ -24,7 +24,7 @@ down:
 status:
 	.venv/bin/tally status
 
-## test: set up, then ruff + mypy + unit + integration + e2e tests
+## test: set up, then ruff + mypy + layer contracts + unit + integration + e2e + fault tests
 test: setup tracker/node_modules
 	bash scripts/install-browser.sh
 	bash scripts/test.sh
@@ -53,8 +53,9 @@ test-long: setup
 test-faults: setup
 	TALLY_ENV=test TALLY_LONG_TESTS=1 .venv/bin/python -m pytest -q -s tests/faults
 
+## lint: ruff, mypy and the layer contracts (import-linter, [tool.importlinter] in pyproject.toml)
 lint: setup
-	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy .
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy . && .venv/bin/lint-imports
 
 ## bench: run every benchmark in bench/ several times and write docs/BENCHMARKS.md
 bench: setup

@@ -21,12 +21,11 @@ from deltalake import DeltaTable
 
 from bench.report import Figure, print_figures
 from bench.stack import cpu_seconds
-from tally import broker
-from tally.processes import Supervisor
+from ops import broker
+from ops.processes import Supervisor
+from ops.stack import services, stack_env
 from tally.schema import PageViewEvent
 from tally.settings import Settings, load_settings
-from tally.stack import services
-from tests.integration.conftest import stack_env
 
 
 class RowCounter:

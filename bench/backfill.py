@@ -18,10 +18,10 @@ from pathlib import Path
 from deltalake import write_deltalake
 
 from bench.report import Figure, print_figures
+from ops.stack import stack_env
 from tally.log import setup_logging
 from tally.settings import load_settings
 from tally.sketches import sketch_from_ids, union_estimate
-from tests.integration.conftest import stack_env
 from traffic.synthetic import synthetic_events
 
 EVENTS_PER_VISIT = 4.4  # what traffic.synthetic produces on average
@@ -55,7 +55,7 @@ def measure(
     from pyspark.sql import functions as F
 
     from jobs.backfill import backfill
-    from tally.spark import spark_session
+    from jobs.spark import spark_session
 
     home = Path(tempfile.mkdtemp(prefix="tally-bench-backfill-"))
     os.environ.update(stack_env(home) | {"TALLY_ENV": "", "TALLY_SPARK__MASTER": master})

@@ -37,7 +37,7 @@ SITE = "demo.tally.local"
 def build(settings: Settings, events: int, days: int, master: str) -> None:
     """Synthetic raw events over the ``days`` days ending today, then a backfill of every view."""
     from jobs.backfill import backfill
-    from tally.spark import spark_session
+    from jobs.spark import spark_session
 
     today = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     first = today - dt.timedelta(days=days - 1)

@@ -18,11 +18,10 @@ import psutil
 from bench.loadgen import http_post, run_open_loop, summary, sustained
 from bench.report import Figure, print_figures
 from bench.stack import cpu_seconds
-from tally import broker
-from tally.processes import Service, Supervisor, port_in_use
+from ops import broker
+from ops.processes import Service, Supervisor, port_in_use
+from ops.stack import free_ports, services, stack_env
 from tally.settings import load_settings
-from tally.stack import services
-from tests.integration.conftest import free_ports, stack_env
 
 RATES = [250, 500, 1000, 1500, 2000, 3000, 4000, 6000, 8000, 11000, 15000, 20000, 25000]
 WARMUP_RATE = 500

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from tally.bootstrap import JARS_DIR, java_binary
+from tally.jvm import JARS_DIR, java_binary
 from tally.settings import PROJECT_ROOT
 
 log = logging.getLogger("tally.bench")

@@ -26,9 +26,9 @@ from bench.ingest import ramp
 from bench.loadgen import Run, http_post, run_open_loop, summary
 from bench.report import Figure, print_figures
 from bench.stack import rss_by_service, tally
+from ops.stack import stack_env
+from quality.leaks import Match, scan_at_rest
 from tally.settings import PROJECT_ROOT
-from tests.faults.leaks import Match, scan_at_rest
-from tests.integration.conftest import stack_env
 
 CLIENT_IPS = tuple(f"198.51.100.{n}" for n in range(101, 117))  # 16 documentation addresses (RFC 5737)
 SAMPLE_S = 10.0

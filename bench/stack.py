@@ -21,7 +21,7 @@ import psutil
 from deltalake import DeltaTable
 
 from bench.report import Figure, print_figures
-from tests.integration.conftest import stack_env
+from ops.stack import stack_env
 
 
 def tally(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

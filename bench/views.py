@@ -22,11 +22,10 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from bench.report import Figure, print_figures
-from tally import broker
-from tally.processes import Supervisor
+from ops import broker
+from ops.processes import Supervisor
+from ops.stack import services, stack_env
 from tally.settings import load_settings
-from tally.stack import services
-from tests.integration.conftest import stack_env
 
 
 def send_steadily(url: str, site: str, rate: float, seconds: float, sent: dict[str, float], refused: list[str]) -> None:

@@ -20,14 +20,15 @@ import pyarrow.dataset as ds
 
 from dashboard.queries import Range, Totals
 from dashboard.view import FILTERS, Step
+from tally.dimensions import AUDIENCE_DIMENSIONS, NONE_VALUE, RAW_DIMENSION_COLUMNS
 from tally.sketches import Estimate
 
 _EVENT_COLUMNS = "visitor_id, event_time, event_id, type, path, name, engagement_ms, load_ms, " + ", ".join(
-    sorted({"source", "channel", "campaign", "country", "browser", "os", "device"})
+    sorted(AUDIENCE_DIMENSIONS)
 )
-_VISIT_ATTRS = ("source", "channel", "campaign", "country", "browser", "os", "device")
-# The traffic dimensions of jobs/traffic.py, as raw columns ("event" is a custom event's name).
-_DIMENSION_COLUMNS = {"page": "path", "event": "name", **{a: a for a in _VISIT_ATTRS}}
+_VISIT_ATTRS = AUDIENCE_DIMENSIONS
+# The traffic dimensions, as raw columns ("event" is a custom event's name).
+_DIMENSION_COLUMNS = RAW_DIMENSION_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class RawQuery:
         params: dict[str, Any] = {}
         for key, value in self.filters.items():
             column = FILTERS[key]
-            clauses.append(f"coalesce({column}, '(none)') = $f_{key}")
+            clauses.append(f"coalesce({column}, '{NONE_VALUE}') = $f_{key}")
             params[f"f_{key}"] = value
         return " AND ".join(clauses), params
 
@@ -74,7 +75,7 @@ class RawQuery:
             if key == "page":
                 matches.append("list_contains(pages, $f_page)")
             else:
-                matches.append(f"coalesce({FILTERS[key]}, '(none)') = $f_{key}")
+                matches.append(f"coalesce({FILTERS[key]}, '{NONE_VALUE}') = $f_{key}")
         sql = f"""
             WITH marked AS (
                 SELECT *, CASE WHEN event_time - lag(event_time) OVER w < $gap THEN 0 ELSE 1 END AS starts
@@ -163,7 +164,7 @@ class RawQuery:
         order = "events" if dimension == "event" else "pageviews"
         with self._connect() as con:
             return con.execute(
-                f"""SELECT coalesce({column}, '(none)') AS value,
+                f"""SELECT coalesce({column}, '{NONE_VALUE}') AS value,
                            count(*) FILTER (WHERE type = 'pageview') AS pageviews,
                            count(*) FILTER (WHERE type = 'event') AS events,
                            count(DISTINCT visitor_id) AS visitors, 0.0 AS visitors_bound
@@ -177,7 +178,7 @@ class RawQuery:
         visits_sql, params = self._visits_sql()
         with self._connect() as con:
             return con.execute(
-                f"""SELECT coalesce({dimension}, '(none)') AS value, count(*) AS visits,
+                f"""SELECT coalesce({dimension}, '{NONE_VALUE}') AS value, count(*) AS visits,
                            avg(CASE WHEN pageviews = 1 THEN 1.0 ELSE 0.0 END) AS bounce_rate,
                            avg(duration_ms) / 1000 AS avg_duration_s
                     FROM ({visits_sql}) GROUP BY 1 ORDER BY visits DESC, value LIMIT {int(limit)}""",

@@ -9,8 +9,10 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from dashboard.queries import Aggregates, Range
-from quality.store import read_audits, read_results
 from tally.settings import Settings
+from tally.storage import archived_offset, read_frame
+from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_RESULTS_SCHEMA
+from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_RESULTS, TRAFFIC_1M
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class Health:
 
 def last_window_end(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetime | None:
     rows = agg.rows(
-        "agg.traffic_1m",
+        TRAFFIC_1M.table,
         site_id,
         Range(today - dt.timedelta(days=1), today),
         ["window_end"],
@@ -38,7 +40,7 @@ def last_window_end(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetim
 
 def late_events(agg: Aggregates, days: Range) -> int:
     """Late events recorded by every streaming query over the range (not per site: the job counts them)."""
-    dataset = agg.dataset("agg.late_events")
+    dataset = agg.dataset(LATE_EVENTS.table)
     if dataset is None:
         return 0
     condition = (pc.field("event_date") >= days.start) & (pc.field("event_date") <= days.end)
@@ -46,17 +48,35 @@ def late_events(agg: Aggregates, days: Range) -> int:
     return int(pc.sum(rows["late_rows"]).as_py() or 0)
 
 
-def archive_lag_total(settings: Settings) -> int | None:
-    from archiver.lag import archive_lag
-    from tally.broker import broker_answers
+def archive_lag_total(settings: Settings, *, probe_timeout: float = 2.0, timeout: float = 10.0) -> int | None:
+    """Messages in Kafka that raw.pageviews and raw.rejected do not hold yet; None when the broker does not answer.
 
-    if not broker_answers(settings.kafka.servers):
+    Kafka gives each partition's end offset; the raw tables' own commits say how far they hold it
+    (:func:`tally.storage.archived_offset`), as the archiver's lag gauge measures it.
+    """
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    k = settings.kafka
+    # log_level 0: a broker that is down is shown as "unknown", not logged on every page view.
+    consumer = Consumer({**k.client_config(), "group.id": "tally-dashboard-lag", "log_level": 0})
+    try:
+        total = 0
+        for topic in (k.pageviews_topic, k.rejected_topic):
+            for partition in sorted(consumer.list_topics(topic, timeout=probe_timeout).topics[topic].partitions):
+                ends = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+                if ends is None:  # no answer in time
+                    return None
+                low, high = ends
+                total += max(0, high - max(archived_offset(settings, topic, partition), low))
+        return total
+    except KafkaException:
         return None
-    return sum(archive_lag(settings).values())
+    finally:
+        consumer.close()
 
 
 def latest_checks(settings: Settings) -> pd.DataFrame:
-    results = read_results(settings)
+    results = read_frame(settings, QUALITY_RESULTS, QUALITY_RESULTS_SCHEMA)
     if results.empty:
         return pd.DataFrame(columns=["table_name", "partition_date", "check", "success", "checked_at"])
     newest = results.sort_values("checked_at").groupby(["table_name", "partition_date", "check"]).tail(1)
@@ -65,7 +85,7 @@ def latest_checks(settings: Settings) -> pd.DataFrame:
 
 
 def latest_audit(settings: Settings, site_id: str) -> pd.DataFrame:
-    audits = read_audits(settings)
+    audits = read_frame(settings, QUALITY_AUDITS, QUALITY_AUDITS_SCHEMA)
     if audits.empty:
         return pd.DataFrame(columns=["audited_at", "check", "subject", "expected", "actual", "success", "message"])
     newest = audits[audits["run_id"] == audits.sort_values("audited_at")["run_id"].iloc[-1]]

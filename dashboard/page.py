@@ -12,9 +12,10 @@ from dashboard.controls import sidebar
 from dashboard.drilldown import RawQuery
 from dashboard.queries import AggregateReport, Aggregates, Range
 from dashboard.view import PRESETS, View, ViewError, from_query, to_query
-from quality.quarantine import quarantined
+from tally.quarantine import quarantined
 from tally.settings import Settings
-from tally.storage import open_table
+from tally.storage import find_table
+from tally.tables import RAW_PAGEVIEWS
 
 
 @st.cache_resource(show_spinner=False)
@@ -31,13 +32,10 @@ def _gap_ms(settings: Settings) -> int:
 
 def raw_report(settings: Settings, view: View, days: Range) -> RawQuery | None:
     """A drill-down over raw events, or None before the archiver has written anything."""
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        raw = open_table(settings, "raw.pageviews").to_pyarrow_dataset()
-    except TableNotFoundError:
+    raw = find_table(settings, RAW_PAGEVIEWS)
+    if raw is None:
         return None
-    return RawQuery(raw, view.site, days, view.filters, _gap_ms(settings))
+    return RawQuery(raw.to_pyarrow_dataset(), view.site, days, view.filters, _gap_ms(settings))
 
 
 def quarantine_warning(settings: Settings) -> None:

@@ -24,12 +24,13 @@ from dashboard.view import Step
 from tally.settings import Settings
 from tally.sketches import Estimate, digest_quantiles, merge_digests, union_estimate
 from tally.storage import open_table
+from tally.tables import ACTIVE_5M, TRAFFIC_1D, TRAFFIC_BY_GRAIN, VISITS_1D, VISITS_BY_GRAIN
 
 QUANTILES = (0.5, 0.9, 0.99)
 REFRESH_SECONDS = 5.0  # how stale a table snapshot may get before the next read reloads it
 # Daily tables are small (one row per site, day, dimension and value): each table version is read
 # once into memory, so a panel filters an Arrow table instead of opening every Parquet file again.
-IN_MEMORY = frozenset({"agg.traffic_1d", "agg.visits_1d"})
+IN_MEMORY = frozenset({TRAFFIC_1D.table, VISITS_1D.table})
 
 
 @dataclass(frozen=True)
@@ -130,16 +131,16 @@ class Aggregates:
             return self._in_memory(name, dataset).filter(condition).select(columns).to_pandas()
         return dataset.to_table(columns=columns, filter=condition).to_pandas()
 
-    def traffic(self, site_id: str, days: Range, dimension: str, grain: str = "1d") -> pd.DataFrame:
+    def traffic(self, site_id: str, days: Range, dimension: str, grain: str = "day") -> pd.DataFrame:
         """agg.traffic_<grain> rows of one dimension ('all' = the site total)."""
         columns = ["window_start", "value", "pageviews", "events", "visitors_sketch"]
         columns += ["engagement_ms_digest", "load_ms_digest"] if dimension == "all" else []
-        return self.rows(f"agg.traffic_{grain}", site_id, days, columns, pc.field("dimension") == dimension)
+        return self.rows(TRAFFIC_BY_GRAIN[grain].table, site_id, days, columns, pc.field("dimension") == dimension)
 
-    def visits(self, site_id: str, days: Range, dimension: str, grain: str = "1d") -> pd.DataFrame:
+    def visits(self, site_id: str, days: Range, dimension: str, grain: str = "day") -> pd.DataFrame:
         """agg.visits_<grain> rows of one dimension ('all', 'entry_page', 'exit_page', 'source', …)."""
         columns = ["window_start", "value", "visits", "bounces", "duration_ms", "pageviews"]
-        return self.rows(f"agg.visits_{grain}", site_id, days, columns, pc.field("dimension") == dimension)
+        return self.rows(VISITS_BY_GRAIN[grain].table, site_id, days, columns, pc.field("dimension") == dimension)
 
 
 def _quantiles(digests: pd.Series) -> tuple[float, ...] | None:
@@ -166,7 +167,7 @@ def totals(agg: Aggregates, site_id: str, days: Range) -> Totals:
 
 def series(agg: Aggregates, site_id: str, days: Range, grain: str) -> pd.DataFrame:
     """Page views, ≈ visitors and visits per hour or day (every bucket present, zeros included)."""
-    suffix = "1h" if grain == "hour" else "1d"
+    suffix = "hour" if grain == "hour" else "day"
     traffic = agg.traffic(site_id, days, "all", suffix)
     visits = agg.visits(site_id, days, "all", suffix)
     freq = "h" if grain == "hour" else "D"
@@ -215,7 +216,7 @@ def top_visits(agg: Aggregates, site_id: str, days: Range, dimension: str, limit
 
 def dimension_values(agg: Aggregates, site_id: str, days: Range, dimension: str, limit: int = 200) -> list[str]:
     """The most viewed values of a dimension (for the filter pickers)."""
-    rows = agg.rows("agg.traffic_1d", site_id, days, ["value", "pageviews"], pc.field("dimension") == dimension)
+    rows = agg.rows(TRAFFIC_1D.table, site_id, days, ["value", "pageviews"], pc.field("dimension") == dimension)
     ranked = rows.groupby("value")["pageviews"].sum().sort_values(ascending=False)
     return [str(v) for v in ranked.head(limit).index]
 
@@ -225,7 +226,7 @@ def realtime_visitors(agg: Aggregates, site_id: str, now: dt.datetime) -> Estima
     minute = now.replace(second=0, microsecond=0)
     start = minute - dt.timedelta(minutes=4)
     rows = agg.rows(
-        "agg.active_5m",
+        ACTIVE_5M.table,
         site_id,
         Range(start.date(), start.date()),
         ["visitors_sketch"],
@@ -238,7 +239,7 @@ def goal_visitors(agg: Aggregates, site_id: str, days: Range, step: Step) -> Est
     """≈ visitors who viewed a page or sent a custom event (HLL union of that value's windows)."""
     dimension = "page" if step.kind == "page" else "event"
     rows = agg.rows(
-        "agg.traffic_1d",
+        TRAFFIC_1D.table,
         site_id,
         days,
         ["visitors_sketch"],

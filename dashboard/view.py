@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from tally.dimensions import RAW_DIMENSION_COLUMNS
+
 Preset = Literal["today", "7d", "30d", "90d", "custom"]
 PRESETS: dict[Preset, str] = {
     "today": "Today",
@@ -23,11 +25,7 @@ _PRESET_DAYS: dict[Preset, int] = {"today": 1, "7d": 7, "30d": 30, "90d": 90}
 
 # Filters the page offers: URL key -> event column in raw.pageviews and dimension in agg.traffic_*.
 FILTERS: dict[str, str] = {
-    "page": "path",
-    "source": "source",
-    "country": "country",
-    "device": "device",
-    "browser": "browser",
+    key: RAW_DIMENSION_COLUMNS[key] for key in ("page", "source", "country", "device", "browser")
 }
 # Every query parameter a view uses (anything else in a URL is ignored).
 QUERY_KEYS = frozenset({"site", "range", "from", "to", "compare", "goals", "funnel", *(f"f_{k}" for k in FILTERS)})

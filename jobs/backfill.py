@@ -20,22 +20,22 @@ from tqdm import tqdm
 
 from jobs import ratelimit, sessions, traffic
 from jobs.delta_sink import replace_dates, table_exists
-from jobs.views import (
+from jobs.views import VIEW_FIELDS, with_event_ts
+from tally.log import kv
+from tally.settings import Settings
+from tally.tables import (
     ACTIVE_5M,
     BACKFILL_VIEWS,
     RATELIMIT,
+    RAW_PAGEVIEWS,
     SESSIONS,
     TRAFFIC_1D,
     TRAFFIC_1H,
     TRAFFIC_1M,
-    VIEW_FIELDS,
     VISITS_1D,
     VISITS_1H,
     ViewSpec,
-    with_event_ts,
 )
-from tally.log import kv
-from tally.settings import Settings
 
 log = logging.getLogger("tally.jobs.backfill")
 
@@ -58,7 +58,7 @@ class BackfillPlan:
 
 def raw_rows(spark: SparkSession, settings: Settings, start: dt.date, end: dt.date, site_id: str | None) -> DataFrame:
     """``raw.pageviews`` rows of dates ``start..end`` (inclusive), of one site if given, as stored."""
-    uri = settings.table_uri("raw.pageviews")
+    uri = settings.table_uri(RAW_PAGEVIEWS)
     if not table_exists(spark, uri):
         raise BackfillError(f"no raw table at {uri}: start the archiver (`tally up`) and send events first")
     raw = spark.read.format("delta").load(uri).where(F.col("event_date").between(F.lit(start), F.lit(end)))

@@ -6,14 +6,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobs.delta_sink import table_exists
-from jobs.views import ALL_VIEWS
 from tally.settings import Settings
+from tally.tables import ALL_TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-QUALITY_TABLES = ("quality.results", "quality.audits", "quality.partitions")
-TABLES = ("raw.pageviews", "raw.rejected", *(spec.table for spec in ALL_VIEWS), *QUALITY_TABLES)
+TABLES = ALL_TABLES
 
 
 def register_tables(spark: SparkSession, settings: Settings) -> list[str]:

@@ -13,9 +13,9 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.views import ViewSpec
 from tally.log import kv
 from tally.settings import Settings
+from tally.tables import ViewSpec
 
 log = logging.getLogger("tally.jobs.sink")
 

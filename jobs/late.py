@@ -20,9 +20,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from jobs.delta_sink import upsert
-from jobs.views import LATE_EVENTS
 from tally.log import kv
 from tally.settings import Settings
+from tally.tables import LATE_EVENTS
 
 log = logging.getLogger("tally.jobs.late")
 

@@ -28,10 +28,10 @@ from pyspark.sql import functions as F
 
 from jobs import traffic
 from jobs.delta_sink import read_view, upsert
-from jobs.views import ACTIVE_5M, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, ViewSpec
 from tally.log import kv
 from tally.settings import Settings
 from tally.storage import find_table
+from tally.tables import ACTIVE_5M, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, ViewSpec
 
 log = logging.getLogger("tally.jobs.rollups")
 

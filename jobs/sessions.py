@@ -11,17 +11,11 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.traffic import ALL
-from jobs.views import GRAIN_INTERVAL, Grain, dimension_value, event_date, is_pageview, reportable
+from jobs.views import GRAIN_INTERVAL, dimension_value, event_date, is_pageview, reportable
+from tally.dimensions import ALL, AUDIENCE_DIMENSIONS, VISIT_DIMENSIONS, Grain
 
 # Attributes a visit takes from its first event (ties broken by event_id, so it is deterministic).
-_FIRST_EVENT_FIELDS = ("source", "channel", "campaign", "country", "browser", "os", "device")
-
-VISIT_DIMENSIONS: dict[str, str] = {
-    "entry_page": "entry_page",
-    "exit_page": "exit_page",
-    **{name: name for name in _FIRST_EVENT_FIELDS},
-}
+_FIRST_EVENT_FIELDS = AUDIENCE_DIMENSIONS
 
 
 def _pageview_at() -> Column:

@@ -30,17 +30,11 @@ from jobs import ratelimit, sessions, traffic
 from jobs.delta_sink import upsert
 from jobs.late import LateEventsListener
 from jobs.rollups import PendingJournal, Rollups, Touched, days_between, read_range, truncate
-from jobs.views import (
-    RATELIMIT,
-    SESSIONS,
-    TRAFFIC_1M,
-    VISITS_1D,
-    VISITS_1H,
-    events_from_kafka,
-)
+from jobs.spark import spark_session
+from jobs.views import events_from_kafka
 from tally.log import kv, setup_logging
 from tally.settings import Settings, load_settings
-from tally.spark import spark_session
+from tally.tables import RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H
 
 log = logging.getLogger("tally.jobs.streaming")
 

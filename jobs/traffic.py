@@ -15,20 +15,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.sketch_columns import digest_of_values, merged_digest, merged_visitors_sketch, visitors_sketch
-from jobs.views import GRAIN_INTERVAL, Grain, dimension_value, event_date, is_pageview, reportable
-
-# dimension name -> event column; plus "all" (the site total) and "event" (custom event names).
-TRAFFIC_DIMENSIONS: dict[str, str] = {
-    "page": "path",
-    "source": "source",
-    "channel": "channel",
-    "campaign": "campaign",
-    "country": "country",
-    "browser": "browser",
-    "os": "os",
-    "device": "device",
-}
-ALL = "all"
+from jobs.views import GRAIN_INTERVAL, dimension_value, event_date, is_pageview, reportable
+from tally.dimensions import ALL, TRAFFIC_DIMENSIONS, Grain
 
 # The hopping "active visitors" window: its length and its step.
 ACTIVE_WINDOW = dt.timedelta(minutes=5)

@@ -8,45 +8,12 @@ owns the sink, so both paths compute identical rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from tally.dimensions import NONE_VALUE, Grain
 from tally.schema import spark_ddl
 
-
-@dataclass(frozen=True)
-class ViewSpec:
-    """A derived table: its name and key columns (for idempotent upserts).
-
-    Every view is partitioned by ``event_date`` (the UTC date of its window or session
-    start), so a backfill replaces whole dates atomically.
-    """
-
-    table: str
-    keys: tuple[str, ...]
-    partition_by: str = "event_date"
-
-
-WINDOW_KEYS = ("site_id", "window_start", "dimension", "value")
-
-TRAFFIC_1M = ViewSpec("agg.traffic_1m", WINDOW_KEYS)
-TRAFFIC_1H = ViewSpec("agg.traffic_1h", WINDOW_KEYS)
-TRAFFIC_1D = ViewSpec("agg.traffic_1d", WINDOW_KEYS)
-ACTIVE_5M = ViewSpec("agg.active_5m", ("site_id", "window_start"))
-SESSIONS = ViewSpec("agg.sessions", ("site_id", "visitor_id", "session_start"))
-VISITS_1H = ViewSpec("agg.visits_1h", WINDOW_KEYS)
-VISITS_1D = ViewSpec("agg.visits_1d", WINDOW_KEYS)
-RATELIMIT = ViewSpec("agg.ratelimit", ("site_id", "client_hash", "window_start"))
-LATE_EVENTS = ViewSpec("agg.late_events", ("query", "batch_id"))
-
-# Every view a backfill recomputes, in dependency order (coarser grains read finer ones).
-BACKFILL_VIEWS = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1H, VISITS_1D, RATELIMIT)
-ALL_VIEWS = (*BACKFILL_VIEWS, LATE_EVENTS)
-
-Grain = Literal["hour", "day"]
 GRAIN_INTERVAL: dict[Grain, str] = {"hour": "INTERVAL 1 HOUR", "day": "INTERVAL 1 DAY"}
 
 # The event fields the views read (schema order). A backfill reads only these from raw.pageviews:
@@ -72,8 +39,6 @@ VIEW_FIELDS = (
     "channel",
     "campaign",
 )
-
-NONE_VALUE = "(none)"  # a dimension with no value (direct traffic, unknown country, …)
 
 
 def events_from_kafka(kafka_rows: DataFrame) -> DataFrame:

@@ -23,15 +23,17 @@ from dataclasses import dataclass
 import pandas as pd
 from prometheus_client import Counter
 
-from archiver.tables import raw_tables
 from quality.findings import CHECKS, Finding, mismatches
 from quality.kafka_log import scan_topic
 from quality.kafka_raw import KafkaScan, reconcile_kafka_raw
-from quality.quarantine import PartitionStatus, record_statuses
+from quality.quarantine import record_statuses
 from quality.raw_views import TRAFFIC_TABLES, ViewsInput, parse_interval, reconcile_raw_views
-from quality.store import AUDITS, AUDITS_SCHEMA, append, open_table, read_rows
+from quality.store import AUDITS, AUDITS_SCHEMA, append, read_rows
 from tally.log import kv
+from tally.quarantine import PartitionStatus
 from tally.settings import Settings
+from tally.storage import find_table, recorded_offset
+from tally.tables import LATE_EVENTS, RAW_PAGEVIEWS, RAW_REJECTED, SESSIONS, TRAFFIC_1D, VISITS_1D
 
 log = logging.getLogger("tally.quality.audit")
 
@@ -39,7 +41,7 @@ MISMATCHES = Counter("tally_quality_audit_mismatches", "Audit comparisons that d
 
 RAW_COLUMNS = ("event_id", "event_date", "type", "is_bot", "site_id", "visitor_id", "event_time", "ts_received")
 DAY = dt.timedelta(days=1)
-SESSIONS, LATE = "agg.sessions", "agg.late_events"
+SESSIONS_TABLE, LATE = SESSIONS.table, LATE_EVENTS.table
 
 
 class AuditError(Exception):
@@ -76,8 +78,7 @@ def _site(site_id: str | None) -> dict[str, object]:
 def _kafka_scan(settings: Settings, since: dt.datetime) -> KafkaScan:
     ranges, messages = scan_topic(settings, since=since)
     topic = settings.kafka.pageviews_topic
-    raw = raw_tables(settings)["raw.pageviews"]
-    archived = {p: raw.next_offset(topic, p) for p in ranges}
+    archived = {p: recorded_offset(settings, RAW_PAGEVIEWS, topic, p) for p in ranges}
     return KafkaScan(topic, ranges, messages, archived)
 
 
@@ -89,16 +90,18 @@ def _views_input(
     totals = {"dimension": "all", **site}
 
     def read(table: str, columns: tuple[str, ...], first: dt.date = start, last: dt.date = end) -> pd.DataFrame:
-        return read_rows(settings, table, columns, start=first, end=last, equals=site if table == SESSIONS else totals)
+        return read_rows(
+            settings, table, columns, start=first, end=last, equals=site if table == SESSIONS_TABLE else totals
+        )
 
     visits = ("site_id", "visitor_id", "session_start", "session_end", "pageviews", "event_date")
     return ViewsInput(
         dates=dates,
         events=events,
         traffic={table: read(table, ("event_date", "pageviews")) for table in TRAFFIC_TABLES},
-        sessions=read(SESSIONS, visits, start - DAY),  # visits from the evening before reach into `start`
-        visits_1d=read("agg.visits_1d", ("event_date", "pageviews")),
-        visitor_sketches=read("agg.traffic_1d", ("event_date", "visitors_sketch")),
+        sessions=read(SESSIONS_TABLE, visits, start - DAY),  # visits from the evening before reach into `start`
+        visits_1d=read(VISITS_1D.table, ("event_date", "pageviews")),
+        visitor_sketches=read(TRAFFIC_1D.table, ("event_date", "visitors_sketch")),
         late_events=read_rows(settings, LATE, ("query", "late_rows", "event_date"), start=start, end=dt.date.max),
         watermark=parse_interval(settings.spark.watermark),
     )
@@ -116,7 +119,7 @@ def audit(
     """Run the three reconciliations for event dates ``start..end``; record and quarantine unless told not to."""
     if end < start:
         raise AuditError(f"--to {end} is before --from {start}")
-    if open_table(settings, "raw.pageviews") is None:
+    if find_table(settings, RAW_PAGEVIEWS) is None:
         raise AuditError(f"no raw table at {settings.table_uri('raw.pageviews')}: start the archiver (tally up) first")
     dates = _dates(start, end)
     now = now or dt.datetime.now(dt.UTC)
@@ -125,13 +128,13 @@ def audit(
     scan = _kafka_scan(settings, since)
     columns = (*RAW_COLUMNS, "kafka_partition", "kafka_offset")
     # The day after too: visits that start on the last date may run past midnight.
-    events = read_rows(settings, "raw.pageviews", columns, start=start, end=end + DAY, equals=_site(site_id))
+    events = read_rows(settings, RAW_PAGEVIEWS, columns, start=start, end=end + DAY, equals=_site(site_id))
     events = events.reset_index(drop=True)
     in_range = events[events["event_date"] <= end]
     # A message is rejected when the archiver reads it, so never before it reached Kafka.
     rejected = read_rows(
         settings,
-        "raw.rejected",
+        RAW_REJECTED,
         ("kafka_partition", "kafka_offset"),
         start=since.date(),
         end=dt.date.max,

@@ -19,10 +19,11 @@ from tqdm import tqdm
 
 from quality.contracts import contracts
 from quality.findings import CheckResult
-from quality.quarantine import PartitionStatus, record_statuses
+from quality.quarantine import record_statuses
 from quality.store import append_results, read_partition
 from quality.suites import SuiteRunner, schema_result
 from tally.log import kv
+from tally.quarantine import PartitionStatus
 from tally.settings import Settings
 
 log = logging.getLogger("tally.quality.checks")

@@ -16,8 +16,23 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tally.deadletter import FAILURE_KINDS
+from tally.dimensions import TRAFFIC_DIMENSION_NAMES, VISIT_DIMENSION_NAMES
 from tally.schema import EVENT_TYPES, FIELDS, RAW_EXTRA_FIELDS
 from tally.settings import QualitySettings
+from tally.tables import (
+    ACTIVE_5M,
+    ALL_VIEWS,
+    LATE_EVENTS,
+    RATELIMIT,
+    RAW_PAGEVIEWS,
+    RAW_REJECTED,
+    SESSIONS,
+    TRAFFIC_1D,
+    TRAFFIC_1H,
+    TRAFFIC_1M,
+    VISITS_1D,
+    VISITS_1H,
+)
 
 TimeKind = Literal["ms", "timestamp"]  # epoch milliseconds (raw) or a Delta timestamp (views)
 
@@ -46,23 +61,7 @@ def _names(names: str) -> tuple[str, ...]:
 
 
 # The checked tables, in the order `tally check` runs them (the CLI lists them without building contracts).
-CHECKED_TABLES = (
-    "raw.pageviews",
-    "raw.rejected",
-    "agg.traffic_1m",
-    "agg.traffic_1h",
-    "agg.traffic_1d",
-    "agg.active_5m",
-    "agg.sessions",
-    "agg.visits_1h",
-    "agg.visits_1d",
-    "agg.ratelimit",
-    "agg.late_events",
-)
-
-# Dimension names of the views (jobs/traffic.py, jobs/sessions.py); "all" is the site total.
-TRAFFIC_DIMENSIONS = ("all", *_names("page source channel campaign country browser os device event"))
-VISIT_DIMENSIONS = ("all", *_names("entry_page exit_page source channel campaign country browser os device"))
+CHECKED_TABLES = (RAW_PAGEVIEWS, RAW_REJECTED, *(spec.table for spec in ALL_VIEWS))
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ def _raw_pageviews(q: QualitySettings) -> Contract:
     columns |= {name: _DELTA_TYPES[sql] for name, sql in RAW_EXTRA_FIELDS.items()}
     skew_ms = q.clock_skew_minutes * 60_000
     return Contract(
-        table="raw.pageviews",
+        table=RAW_PAGEVIEWS,
         partition_by="event_date",
         columns=columns,
         keys=("event_id",),
@@ -134,10 +133,10 @@ def _raw_pageviews(q: QualitySettings) -> Contract:
 
 
 def _raw_rejected() -> Contract:
-    from archiver.tables import RAW_REJECTED_SCHEMA  # here: keeps pyarrow out of `tally --help`
+    from tally.table_schemas import RAW_REJECTED_SCHEMA
 
     return Contract(
-        table="raw.rejected",
+        table=RAW_REJECTED,
         partition_by="rejected_date",
         columns={f.name: _ARROW_TO_DELTA[str(f.type)] for f in RAW_REJECTED_SCHEMA},
         keys=("source_topic", "kafka_partition", "kafka_offset"),
@@ -169,7 +168,7 @@ def _traffic(table: str, seconds: int) -> Contract:
         keys=_WINDOW_KEYS,
         not_null=_names("window_end pageviews events visitors_sketch"),
         ranges=(Range("pageviews", 0), Range("events", 0), Range("window_seconds", seconds, seconds)),
-        in_sets={"dimension": TRAFFIC_DIMENSIONS},
+        in_sets={"dimension": TRAFFIC_DIMENSION_NAMES},
         day_column=("window_start", "timestamp"),
         differences=(_WINDOW_LENGTH,),
         freshness=("window_end", "timestamp") if seconds == 60 else None,
@@ -178,7 +177,7 @@ def _traffic(table: str, seconds: int) -> Contract:
 
 def _active_5m() -> Contract:
     return Contract(
-        table="agg.active_5m",
+        table=ACTIVE_5M.table,
         partition_by="event_date",
         columns=_ddl(f"{_WINDOWED}, visitors_sketch BINARY, pageviews BIGINT, event_date DATE"),
         keys=("site_id", "window_start"),
@@ -192,7 +191,7 @@ def _active_5m() -> Contract:
 
 def _sessions(q: QualitySettings) -> Contract:
     return Contract(
-        table="agg.sessions",
+        table=SESSIONS.table,
         partition_by="event_date",
         columns=_ddl(
             "site_id STRING, visitor_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, duration_ms BIGINT,"
@@ -232,7 +231,7 @@ def _visits(table: str, seconds: int) -> Contract:
             Range("duration_ms", 0),
             Range("window_seconds", seconds, seconds),
         ),
-        in_sets={"dimension": VISIT_DIMENSIONS},
+        in_sets={"dimension": VISIT_DIMENSION_NAMES},
         at_least=(("visits", "bounces"), ("pageviews", "visits")),  # every visit has a page view
         day_column=("window_start", "timestamp"),
         differences=(_WINDOW_LENGTH,),
@@ -241,7 +240,7 @@ def _visits(table: str, seconds: int) -> Contract:
 
 def _ratelimit() -> Contract:
     return Contract(
-        table="agg.ratelimit",
+        table=RATELIMIT.table,
         partition_by="event_date",
         columns=_ddl(f"{_WINDOWED}, client_hash STRING, pageviews BIGINT, event_date DATE"),
         keys=("site_id", "client_hash", "window_start"),
@@ -254,7 +253,7 @@ def _ratelimit() -> Contract:
 
 def _late_events() -> Contract:
     return Contract(
-        table="agg.late_events",
+        table=LATE_EVENTS.table,
         partition_by="event_date",
         columns=_ddl(
             "query STRING, batch_id BIGINT, recorded_at TIMESTAMP, watermark TIMESTAMP, late_rows BIGINT,"
@@ -272,13 +271,13 @@ def contracts(q: QualitySettings) -> dict[str, Contract]:
     every = (
         _raw_pageviews(q),
         _raw_rejected(),
-        _traffic("agg.traffic_1m", 60),
-        _traffic("agg.traffic_1h", 3600),
-        _traffic("agg.traffic_1d", 86400),
+        _traffic(TRAFFIC_1M.table, 60),
+        _traffic(TRAFFIC_1H.table, 3600),
+        _traffic(TRAFFIC_1D.table, 86400),
         _active_5m(),
         _sessions(q),
-        _visits("agg.visits_1h", 3600),
-        _visits("agg.visits_1d", 86400),
+        _visits(VISITS_1H.table, 3600),
+        _visits(VISITS_1D.table, 86400),
         _ratelimit(),
         _late_events(),
     )

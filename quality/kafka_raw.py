@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from quality.findings import KAFKA_RAW, Finding, examples
+from tally.tables import RAW_PAGEVIEWS
 
-RAW = "raw.pageviews"
+RAW = RAW_PAGEVIEWS
 LOST_HINT = (
     "the archiver did not store these events; they stay in Kafka until its retention passes: check `tally status`"
     " (archive lag) and .tally/logs/archiver.log"

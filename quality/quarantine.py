@@ -4,47 +4,24 @@
 ``suite`` (``tally check``) or ``audit`` (``tally audit``; ``audit:<site>`` for a one-site audit).
 Each run overwrites the rows it covers (a Delta MERGE), so a partition stays quarantined until
 the checker that flagged it passes it again, typically after ``tally backfill`` of that date.
-The dashboard reads it with :func:`quarantined`.
+The dashboard reads it with :func:`tally.quarantine.quarantined`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pyarrow as pa
 
-from quality.store import open_table, retry_on_conflict
+from tally.quarantine import PartitionStatus
 from tally.settings import Settings
-from tally.storage import append_rows
+from tally.storage import find_table, append_rows, retry_on_conflict
+from tally.table_schemas import QUALITY_PARTITIONS_SCHEMA
+from tally.tables import QUALITY_PARTITIONS
 
-PARTITIONS = "quality.partitions"
+PARTITIONS = QUALITY_PARTITIONS
 
-PARTITIONS_SCHEMA = pa.schema(
-    [
-        ("table_name", pa.string()),
-        ("partition_date", pa.date32()),
-        ("checker", pa.string()),
-        ("quarantined", pa.bool_()),
-        ("run_id", pa.string()),
-        ("checked_at", pa.timestamp("us", tz="UTC")),
-        ("failed_checks", pa.string()),  # readable, "; "-separated
-    ]
-)
-
-
-@dataclass(frozen=True)
-class PartitionStatus:
-    """The verdict of one checker on one partition of one table."""
-
-    table: str
-    partition_date: dt.date
-    checker: str
-    quarantined: bool
-    run_id: str
-    checked_at: dt.datetime
-    failed_checks: tuple[str, ...] = ()
+PARTITIONS_SCHEMA = QUALITY_PARTITIONS_SCHEMA
 
 
 def record_statuses(settings: Settings, statuses: Sequence[PartitionStatus]) -> None:
@@ -68,7 +45,7 @@ def record_statuses(settings: Settings, statuses: Sequence[PartitionStatus]) -> 
     )
 
     def upsert() -> None:
-        table = open_table(settings, PARTITIONS)
+        table = find_table(settings, PARTITIONS)
         if table is None:
             append_rows(settings, PARTITIONS, data)
             return
@@ -81,32 +58,3 @@ def record_statuses(settings: Settings, statuses: Sequence[PartitionStatus]) -> 
         )
 
     retry_on_conflict(upsert)
-
-
-def statuses(settings: Settings) -> list[PartitionStatus]:
-    """Every recorded verdict, newest check first."""
-    table = open_table(settings, PARTITIONS)
-    if table is None:
-        return []
-    rows = table.to_pyarrow_table().to_pylist()
-    found = [
-        PartitionStatus(
-            table=r["table_name"],
-            partition_date=r["partition_date"],
-            checker=r["checker"],
-            quarantined=r["quarantined"],
-            run_id=r["run_id"],
-            checked_at=r["checked_at"],
-            failed_checks=tuple(c for c in (r["failed_checks"] or "").split("; ") if c),
-        )
-        for r in rows
-    ]
-    return sorted(found, key=lambda s: (s.checked_at, s.table, s.partition_date), reverse=True)
-
-
-def quarantined(settings: Settings) -> list[PartitionStatus]:
-    """Partitions some checker currently flags, newest first: what the dashboard marks as untrusted.
-
-    ``{(s.table, s.partition_date) for s in quarantined(settings)}`` is the set to look up.
-    """
-    return [s for s in statuses(settings) if s.quarantined]

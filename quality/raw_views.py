@@ -29,9 +29,10 @@ import pandas as pd
 
 from quality.findings import KAFKA_RAW, RAW_VIEWS, SKETCHES, Finding, backfill_hint, examples
 from tally.sketches import union_estimate
+from tally.tables import RAW_PAGEVIEWS, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
 
-RAW = "raw.pageviews"
-TRAFFIC_TABLES = ("agg.traffic_1m", "agg.traffic_1h", "agg.traffic_1d")
+RAW = RAW_PAGEVIEWS
+TRAFFIC_TABLES = (TRAFFIC_1M.table, TRAFFIC_1H.table, TRAFFIC_1D.table)
 _UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 
 
@@ -128,10 +129,10 @@ def reconcile_raw_views(data: ViewsInput) -> list[Finding]:
         want = in_visits.get(day, 0)
         what = "page views in visits"
         findings.append(
-            _count(RAW_VIEWS, "page views of visits", "agg.sessions", day, want, sessions.get(day, 0), what)
+            _count(RAW_VIEWS, "page views of visits", SESSIONS.table, day, want, sessions.get(day, 0), what)
         )
         findings.append(
-            _count(RAW_VIEWS, "page views of visits", "agg.visits_1d", day, want, visits_1d.get(day, 0), what)
+            _count(RAW_VIEWS, "page views of visits", VISITS_1D.table, day, want, visits_1d.get(day, 0), what)
         )
         lonely = orphans[orphans["event_date"] == day]
         if lonely.empty:
@@ -140,7 +141,7 @@ def reconcile_raw_views(data: ViewsInput) -> list[Finding]:
             ids = examples(lonely["event_id"].astype(str), len(lonely))
             message = f"no visit in agg.sessions holds {_plural(len(lonely), 'page view')} of {RAW}: {ids}"
         findings.append(
-            Finding(RAW_VIEWS, "page views without a visit", "agg.sessions", day, 0, len(lonely), lonely.empty, message)
+            Finding(RAW_VIEWS, "page views without a visit", SESSIONS.table, day, 0, len(lonely), lonely.empty, message)
         )
     findings += _visitors(data)
     return _explain(findings, data, pageviews)
@@ -158,7 +159,7 @@ def _visitors(data: ViewsInput) -> list[Finding]:
             f"agg.traffic_1d visitors ≈ {estimate.value:,.1f} (2-sigma bounds {estimate.lower:,.1f} .. "
             f"{estimate.upper:,.1f}), exact distinct visitors in {RAW}: {exact:,}"
         )
-        findings.append(Finding(SKETCHES, "visitors", "agg.traffic_1d", day, exact, round(estimate.value), ok, message))
+        findings.append(Finding(SKETCHES, "visitors", TRAFFIC_1D.table, day, exact, round(estimate.value), ok, message))
     return findings
 
 

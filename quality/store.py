@@ -9,8 +9,7 @@ Everything here runs without a JVM. The quality tables live beside the others in
 from __future__ import annotations
 
 import datetime as dt
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,51 +17,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError
 
 from quality.contracts import Contract
 from quality.findings import CheckResult
 from tally.settings import Settings
-from tally.storage import append_rows, find_table
+from tally.storage import append_rows, find_table, read_frame, retry_on_conflict
+from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_RESULTS_SCHEMA
+from tally.tables import QUALITY_AUDITS, QUALITY_RESULTS
 
-RESULTS = "quality.results"
-AUDITS = "quality.audits"
+RESULTS = QUALITY_RESULTS
+AUDITS = QUALITY_AUDITS
 
 T = TypeVar("T")
 
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
-RESULTS_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("checked_at", _TIMESTAMP),
-        ("table_name", pa.string()),
-        ("partition_date", pa.date32()),
-        ("suite", pa.string()),
-        ("check", pa.string()),
-        ("expectation", pa.string()),
-        ("column", pa.string()),
-        ("success", pa.bool_()),
-        ("unexpected_count", pa.int64()),
-        ("observed", pa.string()),
-    ]
-)
-AUDITS_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("audited_at", _TIMESTAMP),
-        ("date_from", pa.date32()),
-        ("date_to", pa.date32()),
-        ("site_id", pa.string()),
-        ("check", pa.string()),
-        ("subject", pa.string()),
-        ("partition_date", pa.date32()),
-        ("expected", pa.int64()),
-        ("actual", pa.int64()),
-        ("success", pa.bool_()),
-        ("message", pa.string()),
-        ("hint", pa.string()),
-    ]
-)
+RESULTS_SCHEMA = QUALITY_RESULTS_SCHEMA
+AUDITS_SCHEMA = QUALITY_AUDITS_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -71,11 +40,6 @@ class Partition:
 
     frame: pd.DataFrame
     delta_types: dict[str, str]
-
-
-def open_table(settings: Settings, name: str) -> DeltaTable | None:
-    """The Delta table, or None if nothing has written it yet."""
-    return find_table(settings, name)
 
 
 def delta_type_name(data_type: Any) -> str:
@@ -88,7 +52,7 @@ def delta_type_name(data_type: Any) -> str:
 
 def read_partition(settings: Settings, contract: Contract, day: dt.date) -> Partition | None:
     """Rows of ``day`` in the contract's table (possibly none), or None if the table does not exist."""
-    table = open_table(settings, contract.table)
+    table = find_table(settings, contract.table)
     if table is None:
         return None
     types = {f.name: delta_type_name(f.type) for f in table.schema().fields}
@@ -113,7 +77,7 @@ def read_rows(
     A table nothing has written yet reads as no rows.
     """
     equals = equals or {}
-    table = open_table(settings, name)
+    table = find_table(settings, name)
     if table is None:
         return pd.DataFrame({column: [] for column in columns})
     wanted = list(dict.fromkeys([*columns, *equals]))
@@ -122,18 +86,6 @@ def read_rows(
     for column, value in equals.items():
         frame = frame[frame[column] == value]
     return frame[list(columns)].reset_index(drop=True)
-
-
-def retry_on_conflict(action: Callable[[], T], *, attempts: int = 5) -> T:
-    """Run a delta-rs commit, retrying when a concurrent writer (another check run) got there first."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return action()
-        except CommitFailedError:
-            if attempt == attempts:
-                raise
-            time.sleep(0.2 * 2**attempt)
-    raise AssertionError("unreachable")
 
 
 def append(settings: Settings, name: str, rows: Sequence[dict[str, Any]], schema: pa.Schema, **options: Any) -> None:
@@ -167,17 +119,11 @@ def append_results(settings: Settings, run_id: str, checked_at: dt.datetime, res
 
 def read_results(settings: Settings, run_id: str | None = None) -> pd.DataFrame:
     """``quality.results`` (of one run, if given) as pandas; empty if no check has run yet."""
-    table = open_table(settings, RESULTS)
-    if table is None:
-        return RESULTS_SCHEMA.empty_table().to_pandas()
-    frame = table.to_pandas()
+    frame = read_frame(settings, RESULTS, RESULTS_SCHEMA)
     return frame if run_id is None else frame[frame["run_id"] == run_id]
 
 
 def read_audits(settings: Settings, run_id: str | None = None) -> pd.DataFrame:
     """``quality.audits`` (of one run, if given) as pandas; empty if no audit has run yet."""
-    table = open_table(settings, AUDITS)
-    if table is None:
-        return AUDITS_SCHEMA.empty_table().to_pandas()
-    frame = table.to_pandas()
+    frame = read_frame(settings, AUDITS, AUDITS_SCHEMA)
     return frame if run_id is None else frame[frame["run_id"] == run_id]

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, types, then unit, integration and end-to-end tests.
+# The whole test suite: lint, types, layer contracts, then unit, integration and end-to-end tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export TALLY_ENV=test
 status=0
 echo "== ruff";  .venv/bin/ruff check . && .venv/bin/ruff format --check . || status=1
 echo "== mypy";  .venv/bin/mypy . || status=1
+echo "== layers"; .venv/bin/lint-imports || status=1
 run_pytest() {
   .venv/bin/python -m pytest "$@"
   local code=$?

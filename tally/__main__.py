@@ -1,5 +1,5 @@
 """``python -m tally`` is the ``tally`` command."""
 
-from tally.cli import main
+from ops.cli import main
 
 main()

@@ -16,13 +16,19 @@ while each table has a single delta-rs writer at a time, as the archiver is for 
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import pandas as pd
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from tally.settings import Settings
+from tally.tables import RAW_PAGEVIEWS, RAW_REJECTED, archiver_app_id
+
+T = TypeVar("T")
 
 
 def delta_uri(settings: Settings, name: str) -> str:
@@ -80,3 +86,35 @@ def append_rows(settings: Settings, name: str, data: pa.Table, **options: Any) -
     write_deltalake(
         delta_uri(settings, name), data, mode="append", storage_options=storage_options(settings) or None, **options
     )
+
+
+def read_frame(settings: Settings, name: str, schema: pa.Schema) -> pd.DataFrame:
+    """A whole (small) table as pandas; a table nothing has written yet reads as no rows with ``schema``'s columns."""
+    table = find_table(settings, name)
+    return schema.empty_table().to_pandas() if table is None else table.to_pandas()
+
+
+def recorded_offset(settings: Settings, name: str, topic: str, partition: int) -> int | None:
+    """The first offset of (topic, partition) that raw table ``name`` does not hold; None if it holds none."""
+    table = find_table(settings, name)
+    return None if table is None else table.transaction_version(archiver_app_id(topic, partition))
+
+
+def archived_offset(settings: Settings, topic: str, partition: int) -> int:
+    """The offset below which every message of (topic, partition) is archived, in either raw table.
+
+    A poison message on pageviews goes to raw.rejected, so raw.pageviews alone would stay behind it.
+    """
+    return max(recorded_offset(settings, name, topic, partition) or 0 for name in (RAW_PAGEVIEWS, RAW_REJECTED))
+
+
+def retry_on_conflict(action: Callable[[], T], *, attempts: int = 5) -> T:
+    """Run a delta-rs commit, retrying when a concurrent writer (another check run) got there first."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except CommitFailedError:
+            if attempt == attempts:
+                raise
+            time.sleep(0.2 * 2**attempt)
+    raise AssertionError("unreachable")

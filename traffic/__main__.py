@@ -1,6 +1,6 @@
 """Run the traffic generator until stopped: ``python -m traffic`` (see ``tally traffic --help``)."""
 
-from tally.cli import main
+from ops.cli import main
 
 if __name__ == "__main__":
     main(["traffic"])

@@ -13,8 +13,8 @@ import datetime as dt
 import numpy as np
 import pyarrow as pa
 
-from archiver.tables import raw_pageviews_schema
 from tally.schema import SCHEMA_VERSION
+from tally.table_schemas import raw_pageviews_schema
 
 PATHS = np.array(
     ["/", "/pricing", "/docs", "/docs/install", "/docs/api", "/blog", "/blog/exactly-once", "/about", "/signup"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ops.stack import stack_env
 from tally.settings import PROJECT_ROOT
-from tests.integration.conftest import stack_env
 
 ARTIFACTS = PROJECT_ROOT / "test-artifacts"
 CHROMIUM_ARGS = [

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from ops.stack import free_ports
 from tally.settings import load_settings
 from tests.e2e.conftest import RunningStack
-from tests.integration.conftest import free_ports, wait_for
+from tests.integration.conftest import wait_for
 from tests.integration.kafka_reader import read_topic
 
 PAGE = """<!doctype html><html><head><title>Tally e2e</title>

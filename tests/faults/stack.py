@@ -1,8 +1,8 @@
 """A whole private stack for one fault test: broker, ingest, archiver and streaming views.
 
 Each test gets its own home, ports and broker, so a fault (a stopped broker, a killed process)
-touches nothing but this test. Processes are started through :class:`tally.processes.Supervisor`
-from :func:`tally.stack.services`, exactly as ``tally up`` starts them, and stopped by PID.
+touches nothing but this test. Processes are started through :class:`ops.processes.Supervisor`
+from :func:`ops.stack.services`, exactly as ``tally up`` starts them, and stopped by PID.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import psutil
 
-from tally import broker
-from tally.processes import Running, Service, Supervisor
+from ops import broker
+from ops.processes import Running, Service, Supervisor
+from ops.stack import services, stack_env
 from tally.settings import Settings, load_settings
-from tally.stack import services
-from tests.integration.conftest import stack_env, wait_for
+from tests.integration.conftest import wait_for
 
 SERVICES = ("broker", "ingest", "archiver", "views")
 

@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from tests.faults.leaks import ScanResult, scan_files, scan_kafka
+from quality.leaks import ScanResult, scan_files, scan_kafka
 from tests.faults.load import SteadyLoad
 from tests.faults.reconcile import assert_nothing_lost_or_doubled, drain, eventually, raw_ids, reconcile
 from tests.faults.stack import FaultStack, fault_stack

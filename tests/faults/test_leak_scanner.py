@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.faults.leaks import ScanResult, scan_files
-from tests.faults.lz4block import LZ4_BLOCK_MAGIC, decompress_block, decompress_lz4_blocks
+from quality.leaks import ScanResult, scan_files
+from quality.lz4block import LZ4_BLOCK_MAGIC, decompress_block, decompress_lz4_blocks
 
 IP = "198.51.100.23"
 

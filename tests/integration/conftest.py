@@ -7,46 +7,19 @@ demo stack, and every process started here is stopped here (by PID).
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tally import broker
-from tally.processes import Supervisor
+from ops import broker
+from ops.processes import Supervisor
+from ops.stack import services, stack_env
 from tally.settings import Settings, load_settings
-from tally.stack import services
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def stack_env(home: Path) -> dict[str, str]:
-    """Environment for an isolated Tally: its own home and free ports."""
-    kafka, controller, ingest, dashboard, archiver_metrics, views_metrics = free_ports(6)
-    return {
-        "TALLY_ENV": "test",
-        "TALLY_HOME": str(home),
-        "TALLY_KAFKA__PORT": str(kafka),
-        "TALLY_KAFKA__CONTROLLER_PORT": str(controller),
-        "TALLY_INGEST__PORT": str(ingest),
-        "TALLY_DASHBOARD__PORT": str(dashboard),
-        "TALLY_ARCHIVER__METRICS_PORT": str(archiver_metrics),
-        "TALLY_SPARK__METRICS_PORT": str(views_metrics),
-    }
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -102,7 +75,7 @@ def archiver(settings: Settings, supervisor: Supervisor, kafka: str) -> None:
 
 @pytest.fixture(scope="session")
 def spark(settings: Settings) -> Iterator[SparkSession]:
-    from tally.spark import spark_session
+    from jobs.spark import spark_session
 
     session = spark_session(settings, "tally-tests")
     yield session

@@ -22,10 +22,10 @@ from prometheus_client import REGISTRY
 
 from archiver.consumer import Archiver
 from archiver.lag import archive_lag
-from tally.processes import Supervisor
+from ops.processes import Supervisor
+from ops.stack import services
 from tally.schema import PageViewEvent
 from tally.settings import Settings
-from tally.stack import services
 from tests.events import page_view
 from tests.integration.conftest import wait_for
 from tests.integration.views_support import isolated_settings

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
-from tally import broker
-from tally.processes import Supervisor
+from ops import broker
+from ops.processes import Supervisor
+from ops.stack import services, stack_env
 from tally.settings import Settings, load_settings
-from tally.stack import services
-from tests.integration.conftest import stack_env, wait_for
+from tests.integration.conftest import wait_for
 from tests.integration.kafka_reader import read_topic
 
 

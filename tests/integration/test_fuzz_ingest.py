@@ -30,14 +30,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally import broker
+from ops import broker
+from ops.processes import Supervisor
+from ops.stack import free_ports, services
 from tally.deadletter import MAX_PAYLOAD_BYTES, DeadLetter
-from tally.processes import Supervisor
 from tally.settings import Settings
-from tally.stack import services
 from tests.faults.payloads import Request, requests
 from tests.faults.stack import settings_from
-from tests.integration.conftest import free_ports, wait_for
+from tests.integration.conftest import wait_for
 from tests.integration.kafka_reader import read_topic
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"

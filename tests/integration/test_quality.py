@@ -26,16 +26,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from deltalake import DeltaTable, write_deltalake
 
 from archiver.consumer import rejected_row, undecodable
-from archiver.tables import RAW_REJECTED_SCHEMA, raw_pageviews_schema
 from jobs.backfill import backfill
+from ops.quality_commands import add_audit_arguments, add_check_arguments, run_audit, run_check
 from quality.audit import AuditReport, audit
 from quality.checks import run_checks
-from quality.commands import add_audit_arguments, add_check_arguments, run_audit, run_check
 from quality.contracts import CHECKED_TABLES
 from quality.findings import KAFKA_RAW, RAW_VIEWS, Finding, mismatches
-from quality.quarantine import quarantined
 from quality.store import read_audits, read_results
+from tally.quarantine import quarantined
 from tally.settings import Settings
+from tally.table_schemas import RAW_REJECTED_SCHEMA, raw_pageviews_schema
 from tests.integration.views_support import isolated_settings, produce, write_raw
 from traffic.synthetic import synthetic_events
 

@@ -18,10 +18,10 @@ from confluent_kafka import Producer
 
 from ingest.enrich import client_hash
 from jobs import streaming
-from tally.processes import Service, Supervisor
+from ops.processes import Service, Supervisor
+from ops.stack import free_ports, http_ok
 from tally.settings import Settings
-from tally.stack import http_ok
-from tests.integration.conftest import free_ports, wait_for
+from tests.integration.conftest import wait_for
 from tests.integration.kafka_reader import read_topic
 
 LIMIT = 5

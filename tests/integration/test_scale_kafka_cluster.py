@@ -19,13 +19,13 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
+from ops.processes import Supervisor
+from ops.stack import services, stack_env
 from quality.audit import audit
 from quality.findings import KAFKA_RAW
-from tally.processes import Supervisor
 from tally.settings import Settings
-from tally.stack import services
 from tally.storage import find_table
-from tests.integration.conftest import stack_env, wait_for
+from tests.integration.conftest import wait_for
 from tests.scale.jobs import settings_for
 from tests.scale.kafka_cluster import KafkaCluster, cluster_nodes, kafka_cluster
 from tests.scale.load import SteadyBeacons

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tally.processes import Service, Supervisor
+from ops.processes import Service, Supervisor
 from tally.settings import Settings
 from tally.storage import find_table
 from tests.integration.conftest import wait_for

@@ -16,9 +16,9 @@ from archiver.consumer import Archiver
 from ingest.blocks import BlockFollower
 from ingest.eventlog import EventLog
 from ingest.ratelimit import BlockList
+from jobs.spark import s3a_config
 from quality.kafka_log import scan_topic
 from tally.settings import KafkaSettings, Settings, SettingsError, WarehouseSettings
-from tally.spark import s3a_config
 from tally.storage import delta_uri, storage_options
 
 BAD = ("socket.timeout.ms=not-a-number",)  # librdkafka refuses it when the client is built

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psutil
 
-from tally.processes import port_in_use
-from tests.integration.conftest import stack_env
+from ops.processes import port_in_use
+from ops.stack import stack_env
 
 
 def tally(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

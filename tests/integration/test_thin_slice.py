@@ -13,7 +13,7 @@ import httpx
 from deltalake import DeltaTable
 
 from jobs import streaming
-from tally import broker
+from ops import broker
 from tally.settings import Settings
 from tests.integration.conftest import wait_for
 

@@ -23,9 +23,11 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from jobs.backfill import backfill
-from jobs.commands import run_backfill
 from jobs.streaming import ViewJob, start
-from jobs.views import (
+from ops.job_commands import run_backfill
+from tally.settings import Settings
+from tally.sketches import union_estimate
+from tally.tables import (
     ACTIVE_5M,
     LATE_EVENTS,
     RATELIMIT,
@@ -37,8 +39,6 @@ from jobs.views import (
     VISITS_1H,
     ViewSpec,
 )
-from tally.settings import Settings
-from tally.sketches import union_estimate
 from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw
 from traffic.synthetic import synthetic_events
 

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 from jobs.backfill import backfill
-from jobs.views import SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
-from tally.processes import Service, Supervisor
+from ops.processes import Service, Supervisor
 from tally.settings import Settings
+from tally.tables import SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
 from tests.faults.reconcile import view_pageviews
 from tests.integration.conftest import wait_for
 from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw

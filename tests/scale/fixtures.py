@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 from jobs.backfill import backfill
-from jobs.views import ACTIVE_5M, RATELIMIT, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D, VISITS_1H
 from tally.settings import Settings
+from tally.tables import ACTIVE_5M, RATELIMIT, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D, VISITS_1H
 from tests.integration.views_support import isolated_settings, write_raw
 from tests.scale.spark_cluster import SparkCluster, spark_cluster
 from traffic.synthetic import synthetic_events

@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 from deltalake.exceptions import TableNotFoundError
 
-from jobs.views import ViewSpec
 from tally.settings import Settings, load_settings
 from tally.sketches import digest_quantiles, union_estimate
 from tally.storage import open_table
+from tally.tables import ViewSpec
 from tests.integration.views_support import assert_same_rows
 
 

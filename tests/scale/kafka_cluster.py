@@ -1,5 +1,5 @@
 """A three-broker KRaft cluster on loopback: combined broker+controller nodes on free ports, configured
-by :mod:`tally.broker` (the same generator as the bundled broker), each its own process stopped by PID.
+by :mod:`ops.broker` (the same generator as the bundled broker), each its own process stopped by PID.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
 
-from tally import broker
-from tally.processes import Service, Supervisor
+from ops import broker
+from ops.processes import Service, Supervisor
+from ops.stack import free_ports
 from tally.settings import Settings
-from tests.integration.conftest import free_ports, wait_for
+from tests.integration.conftest import wait_for
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from typing import Any
 import boto3  # type: ignore[import-untyped]
 import httpx
 
-from tests.integration.conftest import free_ports, wait_for
+from ops.stack import free_ports
+from tests.integration.conftest import wait_for
 
 ACCESS_KEY = "tally-test-key"
 SECRET_KEY = "tally-test-secret"  # only the local moto server accepts it

@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import pyspark
 
-from tally.processes import Service, Supervisor
-from tests.integration.conftest import free_ports, wait_for
+from ops.processes import Service, Supervisor
+from ops.stack import free_ports
+from tests.integration.conftest import wait_for
 
 SPARK_HOME = Path(pyspark.__file__).parent
 MASTER = "org.apache.spark.deploy.master.Master"

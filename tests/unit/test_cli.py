@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from tally.cli import build_parser
+from ops.cli import build_parser
 
 COMMANDS = ["setup", "up", "down", "status", "traffic"]
 

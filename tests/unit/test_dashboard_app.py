@@ -11,7 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.auth import hash_password, session_record, write_file_users
 from dashboard.login import SESSION_KEY
-from quality.quarantine import PartitionStatus, record_statuses
+from quality.quarantine import record_statuses
+from tally.quarantine import PartitionStatus
 from tally.settings import DashboardUser, Settings, load_settings
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")

@@ -29,8 +29,8 @@ from dashboard.auth import (
     visible_sites,
     write_file_users,
 )
-from dashboard.commands import ensure_admin, saved_admin_login
 from dashboard.share_links import AccessDenied, ShareGrant, ShareLinks, make_share_token, parse_view, secret_key
+from ops.access_commands import ensure_admin, saved_admin_login
 from tally.settings import DashboardSettings, DashboardUser, Settings, SettingsError, SiteSettings
 
 NOW = 1_790_000_000.0

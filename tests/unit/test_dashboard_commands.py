@@ -12,9 +12,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from dashboard.auth import authenticate, load_users, users_path
-from dashboard.commands import dashboard_login_line
 from dashboard.share_links import AccessDenied, ShareLinks
-from tally.cli import main
+from ops.access_commands import dashboard_login_line
+from ops.cli import main
 from tally.settings import Settings, load_settings
 
 HELP = [

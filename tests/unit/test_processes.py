@@ -4,7 +4,7 @@ from pathlib import Path
 
 import psutil
 
-from tally.processes import Service, Supervisor
+from ops.processes import Service, Supervisor
 
 # A parent that starts a child and both sleep: stopping must end the whole group.
 PARENT_WITH_CHILD = [

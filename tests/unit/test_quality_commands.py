@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs import sessions, traffic
-from jobs.views import ALL_VIEWS
-from quality.commands import add_audit_arguments, add_check_arguments, run_audit
-from quality.contracts import CHECKED_TABLES, TRAFFIC_DIMENSIONS, VISIT_DIMENSIONS, contracts
+from ops.quality_commands import add_audit_arguments, add_check_arguments, run_audit
+from quality.contracts import CHECKED_TABLES, contracts
+from tally.dimensions import TRAFFIC_DIMENSION_NAMES, TRAFFIC_DIMENSIONS, VISIT_DIMENSION_NAMES, VISIT_DIMENSIONS
 from tally.settings import QualitySettings, Settings, load_settings
+from tally.tables import ALL_VIEWS
 
 TODAY = dt.datetime.now(dt.UTC).date()
 
@@ -64,8 +64,8 @@ def test_every_view_and_both_raw_tables_have_a_contract_with_the_views_own_keys(
 
 
 def test_the_dimension_lists_match_the_views() -> None:
-    assert set(TRAFFIC_DIMENSIONS) == {"all", "event", *traffic.TRAFFIC_DIMENSIONS}
-    assert set(VISIT_DIMENSIONS) == {"all", *sessions.VISIT_DIMENSIONS}
+    assert set(TRAFFIC_DIMENSION_NAMES) == {"all", "event", *TRAFFIC_DIMENSIONS}
+    assert set(VISIT_DIMENSION_NAMES) == {"all", *VISIT_DIMENSIONS}
 
 
 def test_the_configuration_file_documents_the_quality_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,8 +12,9 @@ from quality.audit import AuditReport, render
 from quality.checks import CheckRun, PartitionOutcome
 from quality.checks import render as render_check
 from quality.findings import KAFKA_RAW, RAW_VIEWS, CheckResult, Finding
-from quality.quarantine import PartitionStatus, quarantined, record_statuses, statuses
+from quality.quarantine import record_statuses
 from quality.store import append_results, read_results
+from tally.quarantine import PartitionStatus, quarantined, statuses
 from tally.settings import Settings
 
 DAY1, DAY2 = dt.date(2026, 1, 10), dt.date(2026, 1, 11)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from jobs.schedule import (
+from ops.schedule import (
     Scheduler,
     UnknownJobError,
     add_arguments,
@@ -125,7 +125,7 @@ def test_after_a_long_sleep_only_the_latest_missed_run_happens_and_the_others_ar
     runner = FakeRunner()
     s = scheduler(EVERY_5, NIGHTLY, runner=runner)
     s.run_pending(at(1, 0, 30))
-    with caplog.at_level(logging.WARNING, logger="tally.jobs.schedule"):
+    with caplog.at_level(logging.WARNING, logger="tally.ops.schedule"):
         done = s.run_pending(at(2, 2, 10))  # woken 62 minutes later: 01:05 .. 02:00 fired meanwhile
     assert runner.ran == ["every-5", "every-5"]  # 01:00, then only 02:00 of the twelve missed
     assert done[0].scheduled_for == at(2, 0)
@@ -184,7 +184,7 @@ def test_a_failing_job_is_logged_with_its_exit_code_and_does_not_stop_the_others
     crashing = ScheduledJob("crashing", "30 2 * * *", ("maintain",))
     runner = FakeRunner({"broken": 3, "crashing": OSError("no such interpreter")})
     s = scheduler(broken, crashing, NIGHTLY, runner=runner)
-    with caplog.at_level(logging.INFO, logger="tally.jobs.schedule"):
+    with caplog.at_level(logging.INFO, logger="tally.ops.schedule"):
         done = s.run_pending(at(2, 30))
     assert [(r.name, r.exit_code, r.ok) for r in done] == [
         ("broken", 3, False),

@@ -40,8 +40,8 @@ def run_backfill(
 ) -> int:
     """Run (or plan) a backfill and print its report; the exit code for the CLI."""
     from jobs.backfill import BackfillError, backfill, plan
-    from jobs.views import BACKFILL_VIEWS
-    from tally.spark import spark_session
+    from jobs.spark import spark_session
+    from tally.tables import BACKFILL_VIEWS
 
     spark = spark_session(settings, "tally-backfill")
     try:

@@ -1,6 +1,6 @@
 """One-time setup of what pip cannot install: the Kafka broker jars and Spark's extra packages.
 
-Both come from Maven Central through Maven (``tally/maven/*.xml``) into a project-local
+Both come from Maven Central through Maven (``ops/maven/*.xml``) into a project-local
 folder, so later runs need no network. Every failure says what to do next.
 """
 
@@ -8,57 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from tally.jvm import JARS_DIR, RESOLVED_STAMP, SetupError, check_java
+from tally.jvm import spark_jars as jvm_spark_jars
 from tally.log import kv
-from tally.settings import PROJECT_ROOT
 
 log = logging.getLogger("tally.setup")
 
 MAVEN_DIR = Path(__file__).resolve().parent / "maven"
-JARS_DIR = Path(os.environ.get("TALLY_JARS_DIR", PROJECT_ROOT / ".tally" / "jars"))
-MIN_JAVA = 17
-
-
-class SetupError(RuntimeError):
-    """Setup cannot continue; the message says what the user should do."""
-
-
-def java_binary() -> str:
-    """The ``java`` to run: ``$JAVA_HOME/bin/java`` if set, else the one on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").exists():
-        return str(Path(java_home) / "bin" / "java")
-    found = shutil.which("java")
-    if not found:
-        raise SetupError(
-            f"Java {MIN_JAVA}+ is required (Kafka and Spark run on the JVM) and none was found. "
-            "Install it (Debian/Ubuntu: apt install openjdk-17-jre-headless) or set JAVA_HOME."
-        )
-    return found
-
-
-def check_java() -> int:
-    """Return the Java major version, or raise SetupError if Java is missing or too old."""
-    java = java_binary()
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    if not match:
-        raise SetupError(f"could not read the Java version from `{java} -version`: {out.strip()!r}")
-    major = int(match.group(1))
-    if major == 1:  # "1.8.0_x" style
-        major = int(match.group(2) or 0)
-    if major < MIN_JAVA:
-        raise SetupError(
-            f"{java} is Java {major}; Kafka 4 and Spark 4 need Java {MIN_JAVA}+. "
-            "Install a newer JDK and point JAVA_HOME at it."
-        )
-    return major
 
 
 def _pom_digest(pom: Path) -> str:
@@ -96,23 +58,11 @@ def _copy_dependencies(pom: Path, out_dir: Path) -> None:
         raise SetupError(f"Maven could not resolve {pom.name}:\n{detail}\n{hint}")
 
 
-def _artifact_name(jar: str) -> str:
-    """``jackson-core-2.13.5.jar`` -> ``jackson-core`` (the artifact without its version)."""
-    return re.sub(r"-\d[^-]*(-\d+)?\.jar$", "", jar)
-
-
-def _pyspark_jars() -> set[str]:
-    import pyspark
-
-    jars_dir = Path(pyspark.__file__).parent / "jars"
-    return {_artifact_name(j.name) for j in jars_dir.glob("*.jar")}
-
-
 def _resolve(name: str) -> Path:
     """Resolve ``maven/<name>.xml`` into ``JARS_DIR/<name>`` unless already done for this pom."""
     pom = MAVEN_DIR / f"{name}.xml"
     target = JARS_DIR / name
-    stamp = target / ".resolved"
+    stamp = target / RESOLVED_STAMP
     if stamp.exists() and stamp.read_text() == _pom_digest(pom):
         return target
     JARS_DIR.mkdir(parents=True, exist_ok=True)
@@ -122,7 +72,7 @@ def _resolve(name: str) -> Path:
         fresh.mkdir()
         for jar in Path(staging).glob("*.jar"):
             jar.rename(fresh / jar.name)
-        (fresh / ".resolved").write_text(_pom_digest(pom))
+        (fresh / RESOLVED_STAMP).write_text(_pom_digest(pom))
         if target.exists():
             shutil.rmtree(target)
         fresh.rename(target)  # all or nothing: a half-resolved folder never looks complete
@@ -136,15 +86,11 @@ def kafka_jars() -> Path:
 
 
 def spark_jars(*, object_store: bool = False) -> list[str]:
-    """Jar paths for ``spark.jars``: Delta and spark-sql-kafka, minus what pyspark ships.
-
-    Skipping artifacts pyspark already has (jackson, hadoop, parquet …) keeps two versions
-    of one library off the classpath. ``object_store`` adds the s3a filesystem (hadoop-aws and
-    the AWS SDK modules it needs) for an ``s3a://`` warehouse.
-    """
-    shipped = _pyspark_jars()
-    folders = [_resolve("spark-packages"), *([_resolve("spark-s3")] if object_store else [])]
-    return sorted(str(j) for folder in folders for j in folder.glob("*.jar") if _artifact_name(j.name) not in shipped)
+    """Resolve the Spark packages (and the s3a jars for ``object_store``); list them (``tally.jvm.spark_jars``)."""
+    _resolve("spark-packages")
+    if object_store:
+        _resolve("spark-s3")
+    return jvm_spark_jars(object_store=object_store)
 
 
 def setup() -> None:

@@ -23,11 +23,12 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from tally.bootstrap import JARS_DIR, SetupError, java_binary, kafka_jars
+from ops.bootstrap import kafka_jars
+from tally.jvm import JARS_DIR, SetupError, java_binary
 from tally.log import kv
 from tally.settings import Settings
 
-log = logging.getLogger("tally.broker")
+log = logging.getLogger("ops.broker")
 
 LOG4J2_CONFIG = """\
 Configuration:

@@ -33,7 +33,7 @@ from dashboard.auth import (
 from dashboard.share_links import ShareLinks, describe_view, parse_view, share_url
 from tally.settings import DashboardUser, Settings
 
-log = logging.getLogger("tally.dashboard.commands")
+log = logging.getLogger("tally.ops.access_commands")
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
 MIN_PASSWORD_CHARS = 8
@@ -191,7 +191,7 @@ def run_share(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_share_create(args: argparse.Namespace, settings: Settings) -> int:
     """Record a link and print it (last line: the URL alone)."""
-    from tally.stack import dashboard_url
+    from ops.stack import dashboard_url
 
     try:
         view = parse_view(args.view, site=args.site)

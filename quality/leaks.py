@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from tests.faults.lz4block import LZ4_BLOCK_MAGIC, decompress_lz4_blocks
+from quality.lz4block import LZ4_BLOCK_MAGIC, decompress_lz4_blocks
 
 CHUNK = 64 * 2**20
 ENTROPY_WINDOW = 256

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tally.bootstrap import check_java, spark_jars
+from tally.jvm import check_java, spark_jars
 from tally.settings import Settings
 
 if TYPE_CHECKING:

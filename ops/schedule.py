@@ -27,7 +27,7 @@ from croniter import CroniterBadDateError, croniter  # type: ignore[import-untyp
 from tally.log import kv
 from tally.settings import PROJECT_ROOT, ScheduledJob, Settings, SettingsError
 
-log = logging.getLogger("tally.jobs.schedule")
+log = logging.getLogger("tally.ops.schedule")
 
 Runner = Callable[[ScheduledJob], int]
 Clock = Callable[[], datetime]

@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from tally import broker
+import archiver
+import dashboard
+import ingest
+import jobs
+import traffic
+from ops import broker
+from ops.processes import Running, Service, Supervisor
 from tally.log import kv
-from tally.processes import Running, Service, Supervisor
-from tally.settings import PROJECT_ROOT, Settings
+from tally.settings import Settings
 
-log = logging.getLogger("tally.stack")
+log = logging.getLogger("ops.stack")
 
 ORDER = ("broker", "ingest", "archiver", "views", "dashboard", "traffic")
 
@@ -58,12 +64,12 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
         )
     found["ingest"] = Service(
         "ingest",
-        [py, "-m", "ingest"],
+        [py, "-m", ingest.__name__],
         port=settings.ingest.port,
         ready=lambda: http_ok(ingest_url(settings) + "/healthz"),
     )
-    found["archiver"] = Service("archiver", [py, "-m", "archiver"], port=settings.archiver.metrics_port or None)
-    found["views"] = Service("views", [py, "-m", "jobs.streaming"], port=settings.spark.metrics_port or None)
+    found["archiver"] = Service("archiver", [py, "-m", archiver.__name__], port=settings.archiver.metrics_port or None)
+    found["views"] = Service("views", [py, "-m", jobs.__name__], port=settings.spark.metrics_port or None)
     found["dashboard"] = Service(
         "dashboard",
         [
@@ -71,7 +77,7 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
             "-m",
             "streamlit",
             "run",
-            str(PROJECT_ROOT / "dashboard" / "app.py"),
+            str(Path(dashboard.__file__).parent / "app.py"),
             "--server.address",
             settings.dashboard.host,
             "--server.port",
@@ -86,7 +92,7 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
         port=settings.dashboard.port,
         ready=lambda: http_ok(dashboard_url(settings) + "/_stcore/health"),
     )
-    found["traffic"] = Service("traffic", [py, "-m", "traffic"])
+    found["traffic"] = Service("traffic", [py, "-m", traffic.__name__])
     return {name: dataclasses.replace(service, env=env or {}) for name, service in found.items()}
 
 
@@ -136,3 +142,28 @@ class Stack:
             for name in ORDER
             if name in table
         ]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def stack_env(home: Path) -> dict[str, str]:
+    """Environment for an isolated Tally: its own home and free ports."""
+    kafka, controller, ingest, dashboard, archiver_metrics, views_metrics = free_ports(6)
+    return {
+        "TALLY_ENV": "test",
+        "TALLY_HOME": str(home),
+        "TALLY_KAFKA__PORT": str(kafka),
+        "TALLY_KAFKA__CONTROLLER_PORT": str(controller),
+        "TALLY_INGEST__PORT": str(ingest),
+        "TALLY_DASHBOARD__PORT": str(dashboard),
+        "TALLY_ARCHIVER__METRICS_PORT": str(archiver_metrics),
+        "TALLY_SPARK__METRICS_PORT": str(views_metrics),
+    }

@@ -10,7 +10,7 @@ import argparse
 import datetime as dt
 import sys
 
-from jobs.commands import parse_day
+from ops.job_commands import parse_day
 from quality.contracts import CHECKED_TABLES
 from tally.settings import Settings
 

@@ -7,16 +7,18 @@ import logging
 import sys
 from collections.abc import Callable
 
-from dashboard.commands import add_share_arguments, add_user_arguments, dashboard_login_line, run_share, run_user
-from jobs.commands import add_backfill_arguments, cmd_backfill
-from jobs.schedule import add_arguments as add_schedule_arguments
-from jobs.schedule import run as run_schedule
-from quality.commands import add_audit_arguments, add_check_arguments, run_audit, run_check
-from tally.bootstrap import SetupError, setup
+from ops.access_commands import add_share_arguments, add_user_arguments, dashboard_login_line, run_share, run_user
+from ops.bootstrap import setup
+from ops.job_commands import add_backfill_arguments, cmd_backfill
+from ops.processes import ProcessError
+from ops.quality_commands import add_audit_arguments, add_check_arguments, run_audit, run_check
+from ops.schedule import add_arguments as add_schedule_arguments
+from ops.schedule import run as run_schedule
+from ops.stack import Stack, dashboard_url, ingest_url
+from tally.jvm import SetupError
 from tally.log import setup_logging
-from tally.processes import ProcessError
 from tally.settings import Settings, SettingsError, load_settings
-from tally.stack import Stack, dashboard_url, ingest_url
+from tally.tables import SESSIONS
 
 log = logging.getLogger("tally")
 
@@ -48,7 +50,7 @@ def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from archiver.lag import archive_lag
-    from tally.broker import broker_answers
+    from ops.broker import broker_answers
 
     rows = Stack(settings).status()
     print(f"{'SERVICE':<10} {'STATE':<8} {'PID':>7}  {'PORT':>5}  LOG")
@@ -69,7 +71,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.catalog import register_tables
-    from tally.spark import spark_session
+    from jobs.spark import spark_session
 
     spark = spark_session(settings, "tally-sql")
     tables = register_tables(spark, settings)
@@ -85,9 +87,9 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     import datetime as dt
 
     from archiver.maintenance import forget, vacuum_now
-    from jobs.commands import run_backfill
-    from tally.processes import Supervisor
-    from tally.stack import services
+    from ops.job_commands import run_backfill
+    from ops.processes import Supervisor
+    from ops.stack import services
 
     if not (args.visitor or args.before):
         print("tally forget: give --visitor (with --site) or --before DATE", file=sys.stderr)
@@ -105,7 +107,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
             start, end = report.visitor_dates[0], report.visitor_dates[-1]
             print(f"recomputing the views of {start} .. {end} without the visitor:")
             run_backfill(settings, start=start, end=end, site_id=args.site, dry_run=False, progress=False)
-            removed = vacuum_now(settings, "agg.sessions")
+            removed = vacuum_now(settings, SESSIONS.table)
             print(f"agg.sessions: {removed} files removed from storage")
     finally:
         for name in paused:

@@ -1,0 +1,62 @@
+"""Every table Tally keeps, by name, with the keys of the derived views (their Arrow schemas, for the
+tables written outside Spark, are in :mod:`tally.table_schemas`).
+
+Each name is written here once; apps import it rather than spelling ``"agg.traffic_1d"`` again.
+Every table is partitioned by a DATE column, so a backfill or a check replaces whole dates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RAW_PAGEVIEWS = "raw.pageviews"
+RAW_REJECTED = "raw.rejected"
+QUALITY_RESULTS = "quality.results"
+QUALITY_AUDITS = "quality.audits"
+QUALITY_PARTITIONS = "quality.partitions"
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """A derived table: its name and key columns (for idempotent upserts).
+
+    Every view is partitioned by ``event_date`` (the UTC date of its window or session
+    start), so a backfill replaces whole dates atomically.
+    """
+
+    table: str
+    keys: tuple[str, ...]
+    partition_by: str = "event_date"
+
+
+WINDOW_KEYS = ("site_id", "window_start", "dimension", "value")
+
+TRAFFIC_1M = ViewSpec("agg.traffic_1m", WINDOW_KEYS)
+TRAFFIC_1H = ViewSpec("agg.traffic_1h", WINDOW_KEYS)
+TRAFFIC_1D = ViewSpec("agg.traffic_1d", WINDOW_KEYS)
+ACTIVE_5M = ViewSpec("agg.active_5m", ("site_id", "window_start"))
+SESSIONS = ViewSpec("agg.sessions", ("site_id", "visitor_id", "session_start"))
+VISITS_1H = ViewSpec("agg.visits_1h", WINDOW_KEYS)
+VISITS_1D = ViewSpec("agg.visits_1d", WINDOW_KEYS)
+RATELIMIT = ViewSpec("agg.ratelimit", ("site_id", "client_hash", "window_start"))
+LATE_EVENTS = ViewSpec("agg.late_events", ("query", "batch_id"))
+
+# Every view a backfill recomputes, in dependency order (coarser grains read finer ones).
+BACKFILL_VIEWS = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1H, VISITS_1D, RATELIMIT)
+ALL_VIEWS = (*BACKFILL_VIEWS, LATE_EVENTS)
+# The traffic and visit tables by grain (the dashboard picks one by the range it shows).
+TRAFFIC_BY_GRAIN = {"minute": TRAFFIC_1M, "hour": TRAFFIC_1H, "day": TRAFFIC_1D}
+VISITS_BY_GRAIN = {"hour": VISITS_1H, "day": VISITS_1D}
+
+QUALITY_TABLES = (QUALITY_RESULTS, QUALITY_AUDITS, QUALITY_PARTITIONS)
+# Every table, raw first; `tally sql` registers these names.
+ALL_TABLES = (RAW_PAGEVIEWS, RAW_REJECTED, *(spec.table for spec in ALL_VIEWS), *QUALITY_TABLES)
+
+# Each archiver commit records, per Kafka (topic, partition), the next offset to read as a Delta
+# application transaction with this app id: the raw table itself says how far it holds the log.
+ARCHIVER_APP_ID_PREFIX = "tally-archiver"
+
+
+def archiver_app_id(topic: str, partition: int) -> str:
+    """The Delta application-transaction id under which raw tables record their offsets of (topic, partition)."""
+    return f"{ARCHIVER_APP_ID_PREFIX}:{topic}:{partition}"
