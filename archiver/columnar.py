@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from archiver.tables import raw_pageviews_schema
 from tally.schema import FIELDS, required_fields, schema_defaults
+from tally.table_schemas import raw_pageviews_schema
 
 _RAW = raw_pageviews_schema()
 _EVENT_FIELDS = [_RAW.field(name) for name in FIELDS]

@@ -1,24 +1,49 @@
 """Archive lag per Kafka partition: messages in the log that the raw tables do not hold yet.
 
 Measured against the offsets recorded in the Delta commits (the archiver's real progress),
-not against Kafka's committed group offsets.
+not against Kafka's committed group offsets. Two ways: :class:`LagGauges` from what the
+archiver's consumer last fetched (no request of its own, every loop pass), and
+:func:`archive_lag` on a connection of its own (the stall watch, ``tally status``).
 """
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from collections.abc import Mapping
 
-from archiver.tables import ArchiveTable, raw_tables
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from prometheus_client import Gauge
+
+from archiver.tables import raw_tables
+from archiver.types import ArchivedOffsets
 from tally.settings import Settings
 
+LAG = Gauge("tally_archiver_lag_messages", "Messages in Kafka not yet in the raw tables", ["topic", "partition"])
 
-def archived_to(tables: dict[str, ArchiveTable], topic: str, partition: int) -> int:
+
+def archived_to(tables: Mapping[str, ArchivedOffsets], topic: str, partition: int) -> int:
     """The offset below which every message of (topic, partition) is archived, in either raw table:
     a poison message on pageviews goes to raw.rejected, so raw.pageviews alone would stay behind it."""
     return max(table.next_offset(topic, partition) or 0 for table in tables.values())
 
 
-def archive_lag(settings: Settings, raw: dict[str, ArchiveTable] | None = None) -> dict[tuple[str, int], int]:
+class LagGauges:
+    """The archiver's lag export (:class:`archiver.types.LagExport`): ``tally_archiver_lag_messages``
+    per assigned partition, Kafka's high watermark as last fetched (no extra request) minus
+    :func:`archived_to` the raw tables."""
+
+    def __init__(self, tables: Mapping[str, ArchivedOffsets]) -> None:
+        self.tables = tables
+
+    def export(self, consumer: Consumer) -> None:
+        """Set the gauge of every partition ``consumer`` is assigned whose watermark it knows."""
+        for tp in consumer.assignment():
+            _, high = consumer.get_watermark_offsets(tp, cached=True)
+            if high is not None and high >= 0:
+                done = archived_to(self.tables, tp.topic, tp.partition)
+                LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, high - done))
+
+
+def archive_lag(settings: Settings, raw: Mapping[str, ArchivedOffsets] | None = None) -> dict[tuple[str, int], int]:
     """``{(topic, partition): messages not yet archived}`` for pageviews and pageviews.rejected.
 
     Asked on a connection of its own; ``raw`` (``raw_tables``) saves reading the tables again.

@@ -18,10 +18,12 @@ from archiver.tables import maintenance_compacts_before, utc_today
 from tally.log import kv
 from tally.settings import Settings
 from tally.storage import find_table
+from tally.table_schemas import RAW_LAYOUT
+from tally.tables import RAW_PAGEVIEWS, RAW_REJECTED
 
 log = logging.getLogger("tally.archiver.maintenance")
 
-RAW_TABLES = {"raw.pageviews": "event_date", "raw.rejected": "rejected_date"}
+RAW_TABLES = {name: partition_by for name, (_, partition_by) in RAW_LAYOUT.items()}
 
 
 def _open(settings: Settings, name: str) -> DeltaTable | None:
@@ -91,15 +93,15 @@ def forget(settings: Settings, *, site_id: str | None, visitor_id: str | None, b
         if before is not None:
             clauses.append(f"{date_column} < '{before.isoformat()}'")
         if visitor_id is not None:
-            if name == "raw.rejected":
+            if name == RAW_REJECTED:
                 continue  # dead letters hold raw beacons, which carry no visitor id
             clauses.append(f"visitor_id = {_literal(visitor_id)}")
-        if site_id is not None and name == "raw.pageviews":
+        if site_id is not None and name == RAW_PAGEVIEWS:
             clauses.append(f"site_id = {_literal(site_id)}")
         table = _open(settings, name)
         if table is None:
             continue
-        if visitor_id is not None and name == "raw.pageviews":
+        if visitor_id is not None and name == RAW_PAGEVIEWS:
             dates = _dates_where(table, " AND ".join(clauses))
         metrics = table.delete(" AND ".join(clauses))
         deleted[name] = int(metrics.get("num_deleted_rows", 0))

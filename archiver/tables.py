@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,13 +30,13 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import CommitProperties, Transaction
 
 from tally.log import kv
-from tally.schema import FIELDS, RAW_EXTRA_FIELDS
 from tally.settings import Settings
 from tally.storage import delta_uri, storage_options
+from tally.table_schemas import RAW_LAYOUT
+from tally.tables import archiver_app_id
 
 log = logging.getLogger("tally.archiver.tables")
 
-APP_ID_PREFIX = "tally-archiver"
 # A DeltaTable that commits through itself keeps growing (≈170 KB a commit, measured with
 # deltalake 1.6: 130 MiB in a 30-minute soak). Reopened every this many commits, it reads the
 # newest checkpoint (delta-rs writes one every 100 commits) and its memory stays bounded.
@@ -49,47 +50,6 @@ ARCHIVER_FILE_BYTES = 32 * 2**20
 # The archiver compacts partitions of this many days back (ingest accepts events up to 7 days
 # old, so late events land there); older ones are left to `tally maintain`.
 ARCHIVER_COMPACTS_DAYS = 8
-
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "STRING": pa.string(),
-    "BIGINT": pa.int64(),
-    "INT": pa.int32(),
-    "BOOLEAN": pa.bool_(),
-    "DATE": pa.date32(),
-    "MAP<STRING,STRING>": pa.map_(pa.string(), pa.string()),
-}
-
-
-def raw_pageviews_schema() -> pa.Schema:
-    """Arrow schema of raw.pageviews, derived from the shared event schema."""
-    columns = [(name, sql) for name, (sql, _) in FIELDS.items()] + list(RAW_EXTRA_FIELDS.items())
-    return pa.schema([pa.field(name, _ARROW_TYPES[sql]) for name, sql in columns])
-
-
-RAW_PAGEVIEWS = raw_pageviews_schema()
-
-RAW_REJECTED_SCHEMA = pa.schema(
-    [
-        ("kind", pa.string()),
-        ("message", pa.string()),
-        ("status", pa.int32()),
-        ("received_at", pa.int64()),
-        ("errors", pa.string()),  # JSON list of {field, error}
-        ("payload", pa.string()),
-        ("payload_b64", pa.string()),
-        ("payload_size", pa.int64()),
-        ("truncated", pa.bool_()),
-        ("component", pa.string()),
-        ("source_topic", pa.string()),
-        ("rejected_date", pa.date32()),
-        ("kafka_partition", pa.int32()),
-        ("kafka_offset", pa.int64()),
-    ]
-)
-
-
-def app_id(topic: str, partition: int) -> str:
-    return f"{APP_ID_PREFIX}:{topic}:{partition}"
 
 
 def utc_today() -> dt.date:
@@ -130,6 +90,44 @@ class TableBatch:
         self.next_offsets[key] = max(self.next_offsets.get(key, 0), offset + 1)
 
 
+class DeltaWrites:
+    """The two delta-rs operations an :class:`ArchiveTable` changes its table with.
+
+    Pass a subclass as ``ArchiveTable(writes=...)`` to observe them or to make them fail as a
+    lost reply or a concurrent writer would (tests/unit/test_archiver_tables.py).
+    """
+
+    def append(
+        self,
+        target: DeltaTable | str,
+        data: pa.Table,
+        *,
+        partition_by: str,
+        txns: list[Transaction],
+        options: dict[str, str] | None,
+    ) -> None:
+        """Append ``data`` and the offsets ``txns`` in one commit (``target``: the loaded table, or its URI)."""
+        write_deltalake(
+            target,
+            data,
+            mode="append",
+            partition_by=[partition_by],
+            schema_mode="merge",  # additive evolution: new optional columns are added
+            commit_properties=CommitProperties(app_transactions=txns),
+            storage_options=options,
+        )
+
+    def compact(self, table: DeltaTable, *, partition_by: str, days: list[dt.date]) -> dict[str, Any]:
+        """Merge the small files of these date partitions into files of :data:`ARCHIVER_FILE_BYTES`."""
+        return dict(
+            table.optimize.compact(
+                partition_filters=[(partition_by, "in", [d.isoformat() for d in days])],
+                target_size=ARCHIVER_FILE_BYTES,
+                max_concurrent_tasks=1,  # one file at a time: the smallest memory peak
+            )
+        )
+
+
 class ArchiveTable:
     """One append-only Delta table whose commits record the Kafka offsets they contain."""
 
@@ -141,12 +139,14 @@ class ArchiveTable:
         *,
         options: dict[str, str] | None = None,
         today: Callable[[], dt.date] = utc_today,
+        writes: DeltaWrites | None = None,
     ) -> None:
         assert pa.types.is_date32(schema.field(partition_by).type), f"{partition_by} must be a DATE partition"
         self.uri = uri
         self.options = options or None  # delta-rs storage options (object-store credentials)
         self.schema = schema
         self.partition_by = partition_by
+        self.writes = writes if writes is not None else DeltaWrites()
         self._today = today
         self._table: DeltaTable | None = None
         self._commits_since_open = 0
@@ -154,6 +154,12 @@ class ArchiveTable:
         # The archiver is the tables' only writer, so after the first read of the Delta log
         # its own commits keep this exact; no log re-read per batch.
         self._next: dict[tuple[str, int], int | None] = {}
+
+    @property
+    def delta_table(self) -> DeltaTable | None:
+        """The loaded DeltaTable that offsets are read from and commits go through (None before
+        the first); a new object each time the table is reopened."""
+        return self._table
 
     def _load(self) -> DeltaTable | None:
         if self._table is None:
@@ -170,7 +176,7 @@ class ArchiveTable:
         key = (topic, partition)
         if key not in self._next:
             table = self._load()
-            self._next[key] = None if table is None else table.transaction_version(app_id(topic, partition))
+            self._next[key] = None if table is None else table.transaction_version(archiver_app_id(topic, partition))
         return self._next[key]
 
     def append(self, batch: TableBatch) -> None:
@@ -179,7 +185,7 @@ class ArchiveTable:
             return
         parts = [*batch.tables, pa.Table.from_pylist(batch.rows, schema=self.schema)]
         data = pa.concat_tables(parts)
-        txns = [Transaction(app_id(t, p), offset) for (t, p), offset in batch.next_offsets.items()]
+        txns = [Transaction(archiver_app_id(t, p), offset) for (t, p), offset in batch.next_offsets.items()]
         try:
             self._write(data, txns)
         except CommitFailedError as e:
@@ -205,15 +211,8 @@ class ArchiveTable:
 
     def _write(self, data: pa.Table, txns: list[Transaction]) -> None:
         # Writing through the loaded table object spares a replay of the Delta log per commit.
-        write_deltalake(
-            self._table if self._table is not None else self.uri,
-            data,
-            mode="append",
-            partition_by=[self.partition_by],
-            schema_mode="merge",  # additive evolution: new optional columns are added
-            commit_properties=CommitProperties(app_transactions=txns),
-            storage_options=self.options,
-        )
+        target = self._table if self._table is not None else self.uri
+        self.writes.append(target, data, partition_by=self.partition_by, txns=txns, options=self.options)
 
     def _compact(self, table: DeltaTable) -> None:
         """Merge the small files of the recent partitions written since their last compaction.
@@ -228,11 +227,7 @@ class ArchiveTable:
         days = sorted(self._written)
         started = time.monotonic()
         try:
-            metrics = table.optimize.compact(
-                partition_filters=[(self.partition_by, "in", [d.isoformat() for d in days])],
-                target_size=ARCHIVER_FILE_BYTES,
-                max_concurrent_tasks=1,  # one file at a time: the smallest memory peak
-            )
+            metrics = self.writes.compact(table, partition_by=self.partition_by, days=days)
         except CommitFailedError as e:
             # Another writer (`tally maintain` deleting expired rows) committed meanwhile. The
             # rows are safe; the same partitions are compacted at the next reopening.
@@ -253,12 +248,8 @@ class ArchiveTable:
 
 def raw_tables(settings: Settings) -> dict[str, ArchiveTable]:
     """raw.pageviews and raw.rejected of the configured warehouse, by table name."""
-    layout = {
-        "raw.pageviews": (raw_pageviews_schema(), "event_date"),
-        "raw.rejected": (RAW_REJECTED_SCHEMA, "rejected_date"),
-    }
     options = storage_options(settings)
     return {
         name: ArchiveTable(delta_uri(settings, name), schema, partition_by, options=options)
-        for name, (schema, partition_by) in layout.items()
+        for name, (schema, partition_by) in RAW_LAYOUT.items()
     }

@@ -1,7 +1,8 @@
 """The ingest ASGI app: HTTP in, :class:`ingest.pipeline.Pipeline` does the work.
 
 Routes: ``POST /api/event``, ``GET /api/event.gif`` (no-JS fallback), ``GET /t.js``,
-``GET /healthz``, ``GET /metrics``, ``GET /openapi.json``.
+``GET /healthz``, ``GET /metrics``, ``GET /openapi.json``. The endpoints are module-level
+functions; :func:`create_app` and :func:`lifespan` wire what they use onto ``app.state``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
@@ -117,6 +119,7 @@ def settle_heap() -> None:
 
 
 async def flush_counts_forever(pipeline: Pipeline) -> None:
+    """Write the pipeline's buffered counts to Prometheus every ``COUNTS_FLUSH_S``, and once more when stopped."""
     try:
         while True:
             await asyncio.sleep(COUNTS_FLUSH_S)
@@ -126,6 +129,7 @@ async def flush_counts_forever(pipeline: Pipeline) -> None:
 
 
 def request_facts(request: Request, settings: Settings) -> RequestFacts:
+    """The visitor's address and user agent, and the time the request was received."""
     return RequestFacts(
         client_ip(request, settings.ingest.trusted_proxies),
         request.headers.get("user-agent", "")[:1000],
@@ -147,113 +151,147 @@ ONE_ACCEPTED = {"accepted": 1}
 ONE_ACCEPTED_RESPONSE = SharedResponse(encode_json(ONE_ACCEPTED), 202, headers=CORS, media_type="application/json")
 
 
-def _json(outcome: Outcome) -> Response:
+def json_response(outcome: Outcome) -> Response:
+    """The HTTP response for ``outcome``: the shared :data:`ONE_ACCEPTED_RESPONSE` when it is a
+    plain single accept (nearly every request), else a new JSON response with the CORS header."""
     if outcome.status == 202 and outcome.body == ONE_ACCEPTED and not outcome.headers:
         return ONE_ACCEPTED_RESPONSE
     body = encode_json(outcome.body)
     return Response(body, outcome.status, headers=CORS | outcome.headers, media_type="application/json")
 
 
+def pipeline_of(request: Request) -> Pipeline:
+    """This worker's pipeline, which :func:`lifespan` put on ``app.state``.
+
+    The endpoints read ``app.state`` by key: its attribute access goes through ``__getattr__``,
+    which on Python 3.11 first raises and catches an AttributeError (an exception object and
+    ~0.7 µs a request); the key is a plain dict lookup.
+    """
+    pipeline: Pipeline = request.app.state["pipeline"]
+    return pipeline
+
+
+async def post_event(request: Request) -> Response:
+    """``POST /api/event``: one beacon or a batch, as text/plain or application/json."""
+    pipeline = pipeline_of(request)
+    ingest = pipeline.settings.ingest
+    received_at = int(time.time() * 1000)
+    content_type, declared, user_agent, forwarded = header_values(
+        request, b"content-type", b"content-length", b"user-agent", b"x-forwarded-for"
+    )
+    content_type = content_type.split(";")[0].strip().lower()
+    limit = ingest.max_body_bytes
+    try:
+        body = await read_capped(request, limit, declared)
+    except TooLarge as e:
+        rejection = Rejection(413, "body_too_large", f"body exceeds {limit} bytes (got {e.size})")
+        # The dead letter keeps the head of the body (truncated, and marked so) for recovery.
+        return json_response(await pipeline.refuse(rejection, e.head, received_at))
+    if content_type not in ACCEPTED_TYPES:
+        rejection = Rejection(415, "unsupported_media_type", "send the event as text/plain or application/json")
+        return json_response(await pipeline.refuse(rejection, body, received_at))
+    parsed = parse_beacons(body, max_batch=ingest.max_batch)
+    if isinstance(parsed, Rejection):
+        return json_response(await pipeline.refuse(parsed, body, received_at))
+    facts = RequestFacts(client_ip(request, ingest.trusted_proxies, forwarded), user_agent[:1000], received_at)
+    return json_response(await pipeline.accept(parsed, facts))
+
+
+async def pixel(request: Request) -> Response:
+    """No-JS page view: ``<img src=".../api/event.gif?s=SITE">``; the id and times are the server's."""
+    pipeline = pipeline_of(request)
+    facts = request_facts(request, pipeline.settings)
+    query = request.query_params
+    item = {
+        "id": str(uuid.uuid4()),
+        "k": "pageview",
+        "s": query.get("s", ""),
+        "te": facts.ts_received,
+        "u": query.get("u") or request.headers.get("referer", ""),
+        "ts": facts.ts_received,
+    }
+    if query.get("r"):
+        item["r"] = query["r"]
+    parsed = parse_beacons(json.dumps(item).encode(), max_batch=1)
+    assert isinstance(parsed, ParsedBody), "one JSON object always decodes"
+    outcome = await pipeline.accept(parsed, facts)
+    return Response(PIXEL, outcome.status, media_type="image/gif", headers={"Cache-Control": "no-store"})
+
+
+async def snippet(request: Request) -> Response:
+    """``GET /t.js``: the tracker script, read once by :func:`create_app`."""
+    snippet_bytes: bytes = request.app.state["snippet"]
+    headers = {"Cache-Control": "public, max-age=3600"} | CORS
+    return Response(snippet_bytes, media_type="application/javascript", headers=headers)
+
+
+async def healthz(request: Request) -> Response:
+    """``GET /healthz``: ``degraded`` while events go to the spool instead of Kafka."""
+    store: DurableLog = request.app.state["durable_log"]
+    blocks: BlockList = request.app.state["blocks"]
+    status = "degraded" if store.degraded or store.spool.spooled else "ok"
+    return JSONResponse({"status": status, "spooled": store.spool.spooled, "blocked_clients": len(blocks)})
+
+
+async def metrics(request: Request) -> Response:
+    """``GET /metrics``: Prometheus counters, summed over the workers when there are several."""
+    pipeline_of(request).counts.flush()  # this worker's counts are exact; another's at most COUNTS_FLUSH_S old
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # several workers: sum their counters
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def openapi(request: Request) -> Response:
+    """``GET /openapi.json``: the endpoint's description, built once by :func:`create_app`."""
+    spec: dict[str, Any] = request.app.state["openapi_spec"]
+    return JSONResponse(spec)
+
+
+async def preflight(_request: Request) -> Response:
+    """``OPTIONS /api/event``: the CORS preflight."""
+    headers = CORS | {"Access-Control-Allow-Methods": "POST", "Access-Control-Allow-Headers": "Content-Type"}
+    return Response(status_code=204, headers=headers)
+
+
+@asynccontextmanager
+async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    """One worker's life: connect to Kafka, put the pipeline and its durable log on ``app.state``,
+    replay the spool and flush the counters in the background; close it all on the way out."""
+    state = app.state
+    settings: Settings = state.settings
+    kafka = EventLog(client_config=settings.kafka.client_config(), linger_ms=settings.ingest.linger_ms)
+    store = DurableLog(kafka, Spool(settings.home_dir / "spool"))
+    follower = BlockFollower(
+        client_config=settings.kafka.client_config(), topic=settings.kafka.ratelimit_topic, blocks=state.blocks
+    )
+    state.durable_log = store
+    state.pipeline = pipeline = Pipeline(settings, store, state.limiter)
+    replayer = asyncio.create_task(store.replay_forever())
+    counter = asyncio.create_task(flush_counts_forever(pipeline))
+    settle_heap()
+    log_startup(settings)
+    try:
+        yield
+    finally:
+        for task in (replayer, counter):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        follower.close()
+        kafka.close()
+        store.spool.close()
+
+
 def create_app(settings: Settings | None = None) -> Starlette:
-    """Build the ASGI app (uvicorn's factory: ``ingest.app:create_app``)."""
+    """Build the ASGI app (uvicorn's factory: ``ingest.app:create_app``).
+
+    Wires ``app.state`` for the endpoints: ``settings``, ``blocks`` (the published rate-limit
+    blocks), ``limiter``, ``snippet`` (the tracker's bytes) and ``openapi_spec``; :func:`lifespan`
+    adds each worker's ``durable_log`` and ``pipeline``.
+    """
     settings = settings or load_settings()
-    blocks = BlockList()
-    limiter = RateLimiter(site_events_per_second=settings.ratelimit.site_events_per_second, blocks=blocks)
-    state: dict[str, Pipeline] = {}
-    snippet_bytes = SNIPPET.read_bytes()
-    spec = openapi_spec(max_batch=settings.ingest.max_batch)
-
-    @asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        kafka = EventLog(client_config=settings.kafka.client_config(), linger_ms=settings.ingest.linger_ms)
-        store = DurableLog(kafka, Spool(settings.home_dir / "spool"))
-        follower = BlockFollower(
-            client_config=settings.kafka.client_config(), topic=settings.kafka.ratelimit_topic, blocks=blocks
-        )
-        state["pipeline"] = pipeline = Pipeline(settings, store, limiter)
-        replayer = asyncio.create_task(store.replay_forever())
-        counter = asyncio.create_task(flush_counts_forever(pipeline))
-        settle_heap()
-        log_startup(settings)
-        try:
-            yield
-        finally:
-            for task in (replayer, counter):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            follower.close()
-            kafka.close()
-            store.spool.close()
-
-    async def post_event(request: Request) -> Response:
-        pipeline = state["pipeline"]
-        received_at = int(time.time() * 1000)
-        content_type, declared, user_agent, forwarded = header_values(
-            request, b"content-type", b"content-length", b"user-agent", b"x-forwarded-for"
-        )
-        content_type = content_type.split(";")[0].strip().lower()
-        limit = settings.ingest.max_body_bytes
-        try:
-            body = await read_capped(request, limit, declared)
-        except TooLarge as e:
-            rejection = Rejection(413, "body_too_large", f"body exceeds {limit} bytes (got {e.size})")
-            # The dead letter keeps the head of the body (truncated, and marked so) for recovery.
-            return _json(await pipeline.refuse(rejection, e.head, received_at))
-        if content_type not in ACCEPTED_TYPES:
-            rejection = Rejection(415, "unsupported_media_type", "send the event as text/plain or application/json")
-            return _json(await pipeline.refuse(rejection, body, received_at))
-        parsed = parse_beacons(body, max_batch=settings.ingest.max_batch)
-        if isinstance(parsed, Rejection):
-            return _json(await pipeline.refuse(parsed, body, received_at))
-        facts = RequestFacts(
-            client_ip(request, settings.ingest.trusted_proxies, forwarded), user_agent[:1000], received_at
-        )
-        return _json(await pipeline.accept(parsed, facts))
-
-    async def pixel(request: Request) -> Response:
-        """No-JS page view: ``<img src=".../api/event.gif?s=SITE">``; the id and times are the server's."""
-        pipeline, facts = state["pipeline"], request_facts(request, settings)
-        query = request.query_params
-        item = {
-            "id": str(uuid.uuid4()),
-            "k": "pageview",
-            "s": query.get("s", ""),
-            "te": facts.ts_received,
-            "u": query.get("u") or request.headers.get("referer", ""),
-            "ts": facts.ts_received,
-        }
-        if query.get("r"):
-            item["r"] = query["r"]
-        parsed = parse_beacons(json.dumps(item).encode(), max_batch=1)
-        assert isinstance(parsed, ParsedBody), "one JSON object always decodes"
-        outcome = await pipeline.accept(parsed, facts)
-        return Response(PIXEL, outcome.status, media_type="image/gif", headers={"Cache-Control": "no-store"})
-
-    async def snippet(_request: Request) -> Response:
-        headers = {"Cache-Control": "public, max-age=3600"} | CORS
-        return Response(snippet_bytes, media_type="application/javascript", headers=headers)
-
-    async def healthz(_request: Request) -> Response:
-        store = state["pipeline"].store
-        status = "degraded" if store.degraded or store.spool.spooled else "ok"
-        return JSONResponse({"status": status, "spooled": store.spool.spooled, "blocked_clients": len(blocks)})
-
-    async def metrics(_request: Request) -> Response:
-        state["pipeline"].counts.flush()  # this worker's counts are exact; another's at most COUNTS_FLUSH_S old
-        registry = REGISTRY
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # several workers: sum their counters
-            registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def openapi(_request: Request) -> Response:
-        return JSONResponse(spec)
-
-    async def preflight(_request: Request) -> Response:
-        headers = CORS | {"Access-Control-Allow-Methods": "POST", "Access-Control-Allow-Headers": "Content-Type"}
-        return Response(status_code=204, headers=headers)
-
     routes = [
         Route("/api/event", post_event, methods=["POST"]),
         Route("/api/event", preflight, methods=["OPTIONS"]),
@@ -263,4 +301,11 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    blocks = BlockList()
+    app.state.settings = settings
+    app.state.blocks = blocks
+    app.state.limiter = RateLimiter(site_events_per_second=settings.ratelimit.site_events_per_second, blocks=blocks)
+    app.state.snippet = SNIPPET.read_bytes()
+    app.state.openapi_spec = openapi_spec(max_batch=settings.ingest.max_batch)
+    return app

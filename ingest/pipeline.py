@@ -1,7 +1,8 @@
 """What ingest does with one request: validate -> enrich -> check site -> rate-limit -> store.
 
 Every refusal becomes a dead letter on ``pageviews.rejected`` (with the payload), and every
-accepted event is acknowledged only once it is durable (:class:`ingest.durable.DurableLog`).
+accepted event is acknowledged only once it is durable (an :class:`ingest.types.RecordStore`:
+:class:`ingest.durable.DurableLog` in the app, an in-memory fake in unit tests).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import msgspec
 from prometheus_client import Counter
 
 from ingest.beacon import ParsedBody, Rejection
-from ingest.durable import DurableLog
 from ingest.enrich import EnrichError, RequestFacts, client_of, event_record
 from ingest.event_record import EventRecord, encode_record
 from ingest.ratelimit import RateLimiter
 from ingest.salts import SaltStore
 from ingest.spool import Record
+from ingest.types import RecordStore
 from tally.deadletter import dead_letter
 from tally.log import kv
 from tally.settings import Settings, SiteSettings
@@ -64,9 +65,9 @@ class Outcome:
 
 
 class Pipeline:
-    """Per-process ingest state: settings, salts, rate limiter and the durable log."""
+    """Per-process ingest state: settings, salts, rate limiter and the durable store."""
 
-    def __init__(self, settings: Settings, store: DurableLog, limiter: RateLimiter) -> None:
+    def __init__(self, settings: Settings, store: RecordStore, limiter: RateLimiter) -> None:
         self.settings = settings
         self.store = store
         self.limiter = limiter

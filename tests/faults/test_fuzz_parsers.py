@@ -178,6 +178,6 @@ def test_the_archiver_routes_any_message_to_raw_or_rejected_and_never_crashes(
         topic = archiver.events_topic
         messages = [Message(topic=topic, partition=0, offset=i, value=v) for i, v in enumerate(values)]
         raw, rejected = archiver.route(messages)
-        assert raw.count + rejected.count + archiver._duplicates == len(values)
+        assert raw.count + rejected.count + archiver.duplicates == len(values)
 
     route_any()

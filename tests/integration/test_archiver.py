@@ -16,12 +16,13 @@ from typing import Any
 
 import httpx
 import pyarrow.compute as pc
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from deltalake import DeltaTable
 from prometheus_client import REGISTRY
 
 from archiver.consumer import Archiver
-from archiver.lag import archive_lag
+from archiver.lag import LagGauges, archive_lag
+from archiver.tables import raw_tables
 from ops.processes import Supervisor
 from ops.stack import services
 from tally.schema import PageViewEvent
@@ -150,19 +151,21 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_resumes_from_the_offsets
 
     wait_for(topic_ready, 30, "the new topic in the broker's metadata")
 
-    class StallingArchiver(Archiver):
-        """Pauses its consumer when asked, on the archiver's own thread (librdkafka's pause from
-        another thread can block while that thread is in consume())."""
+    class PausingLagGauges(LagGauges):
+        """The archiver's lag export, which also pauses its consumer when asked, on the archiver's
+        own thread (librdkafka's pause from another thread can block while that thread is in consume())."""
 
         stall = threading.Event()
 
-        def _export_lag(self) -> None:  # called on every pass that fetched nothing
+        def export(self, consumer: Consumer) -> None:  # called on every pass that fetched nothing
             if self.stall.is_set():
                 self.stall.clear()
-                self.consumer.pause(self.consumer.assignment())  # fetches nothing from now on
-            super()._export_lag()
+                consumer.pause(consumer.assignment())  # fetches nothing from now on
+            super().export(consumer)
 
-    archiver, start = StallingArchiver(iso), replaced()
+    tables = raw_tables(iso)
+    lag = PausingLagGauges(tables)
+    archiver, start = Archiver(iso, tables=tables, lag=lag), replaced()
     outcome: dict[str, Any] = {}
 
     def fault() -> None:  # runs beside archiver.run(), which must own the main thread (signal handlers)
@@ -171,8 +174,8 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_resumes_from_the_offsets
             wait_for(lambda: sum(archived(before).values()) == len(before), 60, "the first events in raw")
             time.sleep(8)  # idle and caught up: every check finds nothing behind
             outcome["idle"] = replaced() - start
-            archiver.stall.set()
-            wait_for(lambda: not archiver.stall.is_set(), 30, "the archiver to pause its consumer")
+            lag.stall.set()
+            wait_for(lambda: not lag.stall.is_set(), 30, "the archiver to pause its consumer")
             send(after)
             wait_for(lambda: sum(archived(after).values()) == len(after), 60, "the later events, by a new consumer")
             # A poison message last in its partition goes to raw.rejected: no lag, so no stall either.

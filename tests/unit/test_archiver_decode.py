@@ -6,9 +6,9 @@ import pyarrow as pa
 import pytest
 
 from archiver.columnar import decode_batch
-from archiver.consumer import event_row
-from archiver.tables import raw_pageviews_schema
+from archiver.decode import NOT_AN_EVENT, decode_events, event_row
 from tally.schema import decode_event
+from tally.table_schemas import raw_pageviews_schema
 from tests.events import page_view
 
 
@@ -97,3 +97,25 @@ def test_numbers_beyond_their_column_make_the_batch_fall_back() -> None:
     for change in ({"screen_w": 2**31}, {"ts_sent": 2**63}, {"screen_w": 1e3}):
         value = json.dumps(json.loads(page_view("a.com").to_json()) | change).encode()
         assert decode_batch([page_view("a.com").to_json(), value], [0, 0], [0, 1]) is None
+
+
+def test_the_events_of_a_batch_with_poison_are_kept_and_the_poison_is_returned_in_order() -> None:
+    good, wide = page_view("a.com"), json.dumps(json.loads(page_view("a.com").to_json()) | {"screen_w": 2**40})
+    values = [good.to_json(), b"not json", wide.encode(), b"[1]"]
+    events, poison = decode_events(values, [3] * len(values), [10, 11, 12, 13])
+    assert events.column("event_id").to_pylist() == [good.event_id]
+    # Undecodable messages first, in order; then those with a value that does not fit its column.
+    assert [(p.partition, p.offset, p.value) for p in poison] == [
+        (3, 11, b"not json"),
+        (3, 13, b"[1]"),
+        (3, 12, wide.encode()),
+    ]
+    assert all(p.reason.startswith(NOT_AN_EVENT) for p in poison)
+    assert "does not fit" in poison[2].reason
+    assert poison[0].letter().kind == "undecodable_event" and poison[0].letter().payload == "not json"
+
+
+def test_a_batch_of_events_only_has_no_poison() -> None:
+    values = [page_view("a.com").to_json() for _ in range(3)]
+    events, poison = decode_events(values, [0, 0, 0], [0, 1, 2])
+    assert events.num_rows == 3 and poison == []

@@ -16,6 +16,7 @@ from confluent_kafka import Message
 from deltalake import DeltaTable, write_deltalake
 
 import archiver.dedup
+from archiver.batches import BatchBuilder
 from archiver.consumed import Consumed
 from archiver.consumer import Archiver
 from archiver.dedup import SeenIds, day_numbers, id_key, id_keys
@@ -128,20 +129,66 @@ def archiver_over_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
     yield archiver
 
 
-def test_routing_drops_replayed_offsets_and_second_copies_and_rejects_poison(archiver_over_nothing: Archiver) -> None:
-    archiver = archiver_over_nothing
-    topic = archiver.events_topic
-    archiver.raw._next[(topic, 0)] = 2  # offsets 0 and 1 of partition 0 are archived already
+class _Archived:
+    """An in-memory raw table: how far it holds each (topic, partition) of the log."""
+
+    def __init__(self, next_offsets: dict[tuple[str, int], int]) -> None:
+        self.next_offsets = next_offsets
+
+    def next_offset(self, topic: str, partition: int) -> int | None:
+        return self.next_offsets.get((topic, partition))
+
+
+def test_routing_drops_replayed_offsets_and_second_copies_and_rejects_poison() -> None:
+    topic, dead_letters = "pageviews", "pageviews.rejected"
+    builder = BatchBuilder(
+        events_topic=topic,
+        rejected_topic=dead_letters,
+        raw=_Archived({(topic, 0): 2}),  # offsets 0 and 1 of partition 0 are archived already
+        rejected=_Archived({}),
+        seen=SeenIds(2),
+    )
     events = [page_view("a.com").to_json() for _ in range(4)]
     values = [events[0], events[1], events[2], events[2], b"not json", events[3]]
     messages = [_message(topic, 0, i, v) for i, v in enumerate(values)] + [_message(topic, 1, 0, events[1])]
-    raw, rejected = archiver.route(messages)
-    stored = pa.concat_tables(raw.tables)
+    batch = builder.route(Consumed.of(messages, dead_letters))
+    stored = pa.concat_tables(batch.raw.tables)
     assert stored.column("kafka_offset").to_pylist() == [2, 5, 0]
     assert stored.column("kafka_partition").to_pylist() == [0, 0, 1]  # partition 1's copy of events[1] is new
-    assert archiver._duplicates == 1
-    assert [r["kafka_offset"] for r in rejected.rows] == [4]
-    assert raw.next_offsets == {(topic, 0): 6, (topic, 1): 1}
+    assert batch.duplicates == 1
+    assert [r["kafka_offset"] for r in batch.rejected.rows] == [4]
+    assert batch.raw.next_offsets == {(topic, 0): 6, (topic, 1): 1}
+
+
+def test_a_message_a_table_holds_already_is_not_routed_again() -> None:
+    topic, dead_letters = "pageviews", "pageviews.rejected"
+    builder = BatchBuilder(
+        events_topic=topic,
+        rejected_topic=dead_letters,
+        raw=_Archived({}),
+        rejected=_Archived({(topic, 0): 1, (dead_letters, 0): 8}),  # the poison at 0 and letters up to 7
+        seen=SeenIds(2),
+    )
+    letter = b'{"not": "a dead letter"}'
+    messages = [
+        _message(topic, 0, 0, b"not json"),
+        _message(topic, 0, 1, b"not json either"),
+        _message(dead_letters, 0, 7, letter),
+        _message(dead_letters, 0, 8, letter),
+    ]
+    batch = builder.route(Consumed.of(messages, dead_letters))
+    assert [(r["source_topic"], r["kafka_offset"]) for r in batch.rejected.rows] == [(dead_letters, 8), (topic, 1)]
+    assert batch.rejected.next_offsets == {(dead_letters, 0): 9, (topic, 0): 2}
+    assert batch.raw.count == 0
+
+
+def test_the_archiver_counts_the_duplicates_of_the_batch_it_routed(archiver_over_nothing: Archiver) -> None:
+    archiver = archiver_over_nothing
+    event = page_view("a.com").to_json()
+    messages = [_message(archiver.events_topic, 0, i, event) for i in range(3)]
+    raw, _ = archiver.route(messages)
+    assert raw.count == 1
+    assert archiver.duplicates == 2
 
 
 def test_an_event_whose_value_does_not_fit_its_column_is_rejected_not_fatal(archiver_over_nothing: Archiver) -> None:

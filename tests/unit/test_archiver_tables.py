@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -16,11 +17,12 @@ import archiver.tables
 from archiver.maintenance import compact_older_partitions
 from archiver.tables import (
     ArchiveTable,
+    DeltaWrites,
     TableBatch,
-    app_id,
     archiver_compacts_from,
     maintenance_compacts_before,
 )
+from tally.tables import archiver_app_id
 
 SCHEMA = pa.schema([("day", pa.date32()), ("event_id", pa.string())])
 TODAY = dt.date(2026, 3, 10)
@@ -52,7 +54,7 @@ def test_the_table_is_reopened_every_so_many_commits_and_keeps_every_row_and_off
     opened = []
     for commit in range(7):
         table.append(_batch(commit * 2, 2))
-        opened.append(table._table)  # kept alive, so each object's id stays its own
+        opened.append(table.delta_table)  # kept alive, so each object's id stays its own
     # Opened at the first commit, then again after every third: commits 1-3, 4-6 and 7 share one each.
     ids = [id(t) for t in opened]
     assert ids[0] == ids[1] == ids[2] != ids[3] == ids[4] == ids[5] != ids[6]
@@ -96,7 +98,7 @@ def test_the_partitions_written_are_compacted_at_each_reopening_and_keep_every_r
     # The offsets (txn actions) survive the compactions: a restarted archiver resumes exactly.
     reread = DeltaTable(uri)
     for partition, offset in next_offset.items():
-        assert reread.transaction_version(app_id("pageviews", partition)) == offset
+        assert reread.transaction_version(archiver_app_id("pageviews", partition)) == offset
         assert ArchiveTable(uri, SCHEMA, "day").next_offset("pageviews", partition) == offset
 
 
@@ -143,16 +145,24 @@ def test_an_append_after_maintenance_deleted_expired_rows_commits_once(tmp_path:
     _delete_expired(uri)  # delta-rs takes this for a conflict with the next append through the old table
     table.append(_batch(4, 2))
     assert _event_ids(uri) == ["e2", "e3", "e4", "e5"]
-    assert DeltaTable(uri).transaction_version(app_id("pageviews", 0)) == 6
+    assert DeltaTable(uri).transaction_version(archiver_app_id("pageviews", 0)) == 6
 
 
-class _LandsThenFails(ArchiveTable):
-    """An archiver table whose next commit lands but reports a failure, as a lost reply would."""
+class _LandsThenFails(DeltaWrites):
+    """Delta writes whose next commit lands but reports a failure, as a lost reply would."""
 
     fail_next = False
 
-    def _write(self, data: pa.Table, txns: list[Transaction]) -> None:
-        super()._write(data, txns)
+    def append(
+        self,
+        target: DeltaTable | str,
+        data: pa.Table,
+        *,
+        partition_by: str,
+        txns: list[Transaction],
+        options: dict[str, str] | None,
+    ) -> None:
+        super().append(target, data, partition_by=partition_by, txns=txns, options=options)
         if self.fail_next:
             self.fail_next = False
             raise CommitFailedError("the reply to a commit that landed was lost")
@@ -160,24 +170,26 @@ class _LandsThenFails(ArchiveTable):
 
 def test_an_append_is_not_written_again_when_its_failed_commit_had_landed(tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
-    table = _LandsThenFails(uri, SCHEMA, "day", today=lambda: TODAY)
+    writes = _LandsThenFails()
+    table = ArchiveTable(uri, SCHEMA, "day", today=lambda: TODAY, writes=writes)
     table.append(_batch(0, 2))
-    table.fail_next = True
+    writes.fail_next = True
     table.append(_batch(2, 2))
     assert _event_ids(uri) == ["e0", "e1", "e2", "e3"]
     assert table.next_offset("pageviews", 0) == 4
 
 
-class _RacedByMaintenance(ArchiveTable):
-    """An archiver table whose first compaction races a retention delete of `tally maintain`."""
+class _RacedByMaintenance(DeltaWrites):
+    """Delta writes whose first compaction races a retention delete of `tally maintain`."""
 
-    raced = False
+    def __init__(self, uri: str) -> None:
+        self.uri, self.raced = uri, False
 
-    def _compact(self, table: DeltaTable) -> None:
+    def compact(self, table: DeltaTable, *, partition_by: str, days: list[dt.date]) -> dict[str, Any]:
         if not self.raced:
             self.raced = True
             _delete_expired(self.uri)
-        super()._compact(table)
+        return super().compact(table, partition_by=partition_by, days=days)
 
 
 def test_a_compaction_that_loses_to_a_concurrent_commit_is_done_at_the_next_reopening(
@@ -185,7 +197,7 @@ def test_a_compaction_that_loses_to_a_concurrent_commit_is_done_at_the_next_reop
 ) -> None:
     monkeypatch.setattr(archiver.tables, "REOPEN_EVERY_COMMITS", 3)
     uri = str(tmp_path / "t")
-    table = _RacedByMaintenance(uri, SCHEMA, "day", today=lambda: TODAY)
+    table = ArchiveTable(uri, SCHEMA, "day", today=lambda: TODAY, writes=_RacedByMaintenance(uri))
     table.append(_batch(0, 1, day=TODAY - dt.timedelta(days=400)))
     for offset in range(1, 4):
         table.append(_batch(offset, 1))
@@ -197,4 +209,4 @@ def test_a_compaction_that_loses_to_a_concurrent_commit_is_done_at_the_next_reop
         table.append(_batch(offset, 1))
     assert _files_by_day(uri) == Counter({TODAY: 1})
     assert _event_ids(uri) == [f"e{n}" for n in range(1, 7)]
-    assert DeltaTable(uri).transaction_version(app_id("pageviews", 0)) == 7
+    assert DeltaTable(uri).transaction_version(archiver_app_id("pageviews", 0)) == 7

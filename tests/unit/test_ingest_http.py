@@ -1,17 +1,22 @@
 """ingest.app's own HTTP pieces, driven as plain ASGI (no server): the capped body read, the
-client address, and the one response shared by every accepted beacon."""
+client address, the one response shared by every accepted beacon, and the endpoints reading
+what is wired on ``app.state``."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.requests import ClientDisconnect, Request
 
-from ingest.app import ONE_ACCEPTED_RESPONSE, TooLarge, _json, client_ip, read_capped
-from ingest.pipeline import Outcome
+from ingest.app import ONE_ACCEPTED_RESPONSE, TooLarge, client_ip, create_app, json_response, read_capped
+from ingest.pipeline import Outcome, Pipeline
+from ingest.spool import Record
+from tally.settings import Settings, SiteSettings
 
 
 def request(messages: list[dict[str, Any]], client: tuple[str, int] | None = ("10.0.0.9", 5000)) -> Request:
@@ -56,9 +61,9 @@ def test_the_client_address_is_the_peer_unless_a_trusted_proxy_forwards_one() ->
 
 
 def test_every_single_accept_gets_the_shared_response_and_its_own_header_list() -> None:
-    assert _json(Outcome(202, {"accepted": 1})) is ONE_ACCEPTED_RESPONSE
-    assert _json(Outcome(202, {"accepted": 2})) is not ONE_ACCEPTED_RESPONSE
-    assert _json(Outcome(202, {"accepted": 1, "rejected": []})) is not ONE_ACCEPTED_RESPONSE
+    assert json_response(Outcome(202, {"accepted": 1})) is ONE_ACCEPTED_RESPONSE
+    assert json_response(Outcome(202, {"accepted": 2})) is not ONE_ACCEPTED_RESPONSE
+    assert json_response(Outcome(202, {"accepted": 1, "rejected": []})) is not ONE_ACCEPTED_RESPONSE
     sent: list[MutableMapping[str, Any]] = []
 
     async def send(message: MutableMapping[str, Any]) -> None:
@@ -76,3 +81,43 @@ def test_every_single_accept_gets_the_shared_response_and_its_own_header_list() 
     assert all(m["headers"].count((b"x-added-by", b"a middleware")) == 1 for m in starts)
     assert (b"access-control-allow-origin", b"*") in starts[1]["headers"]
     assert [m["body"] for m in sent if m["type"] == "http.response.body"] == [b'{"accepted":1}'] * 2
+
+
+class MemoryStore:
+    """A :class:`ingest.types.RecordStore` in memory, in place of the lifespan's durable log."""
+
+    def __init__(self) -> None:
+        self.appends: list[list[Record]] = []
+
+    async def append(self, records: list[Record]) -> str:
+        self.appends.append(records)
+        return "kafka"
+
+
+def test_the_endpoints_answer_from_the_pipeline_wired_on_the_app_state(tmp_path: Path) -> None:
+    settings = Settings(home=str(tmp_path), sites=(SiteSettings("a.example", domains=("a.example",)),))
+    app, store = create_app(settings), MemoryStore()
+    app.state.pipeline = Pipeline(settings, store, app.state.limiter)  # what the lifespan does, without Kafka
+    one = {"id": "0b9f7f2e-8f2a-4c1e-9a53-000000000001", "s": "a.example", "u": "https://a.example/", "te": 1, "ts": 1}
+
+    async def post(content_type: bytes) -> list[MutableMapping[str, Any]]:
+        headers = [(b"content-type", content_type)]
+        scope = {"type": "http", "method": "POST", "path": "/api/event", "headers": headers, "client": ("10.0.0.9", 1)}
+        messages = body(json.dumps(one).encode())
+        sent: list[MutableMapping[str, Any]] = []
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        async def receive() -> dict[str, Any]:
+            return messages.pop(0)
+
+        await app(scope, receive, send)
+        return sent
+
+    accepted = asyncio.run(post(b"text/plain"))
+    assert accepted[0]["status"] == 202 and accepted[1]["body"] == b'{"accepted":1}'
+    assert [topic for topic, _, _ in store.appends[0]] == [settings.kafka.pageviews_topic]
+    refused = asyncio.run(post(b"application/x-www-form-urlencoded"))
+    assert refused[0]["status"] == 415 and b"unsupported_media_type" in refused[1]["body"]
+    assert [topic for topic, _, _ in store.appends[1]] == [settings.kafka.rejected_topic]

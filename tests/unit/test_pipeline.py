@@ -24,7 +24,7 @@ NOW = 1_795_000_000_000
 
 
 class MemoryStore:
-    """The durable log's interface, in memory: every append is one list of records."""
+    """A :class:`ingest.types.RecordStore` in memory: every append is one list of records."""
 
     def __init__(self) -> None:
         self.appends: list[list[Record]] = []
@@ -52,7 +52,7 @@ def pipeline(tmp_path: Path) -> tuple[Pipeline, MemoryStore]:
         ratelimit=RateLimitSettings(client_pageviews_per_hour=3),
     )
     store = MemoryStore()
-    return Pipeline(settings, store, RateLimiter(site_events_per_second=1000)), store  # type: ignore[arg-type]
+    return Pipeline(settings, store, RateLimiter(site_events_per_second=1000)), store
 
 
 def accept(pipeline: Pipeline, body: object, ip: str = "198.18.0.1") -> Outcome:
