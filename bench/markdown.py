@@ -86,7 +86,7 @@ def render(records: dict[str, Record], order: list[str]) -> str:
         "Written by `make bench` (`.venv/bin/python -m bench`; `--only NAME` re-runs one benchmark,"
         " `--quick` shortens every run) from the runs kept in `bench/results.json`. Do not edit by hand.",
         "Every figure is the median over its runs with the spread (min – max); each benchmark starts"
-        " its own stack on free ports. Budgets are those of `../shared/ARCHITECTURE.md`.",
+        " its own stack on free ports. Each figure states the goal it is held to.",
         "",
     ]
     if any(r.quick for r in ordered):

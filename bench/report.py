@@ -51,7 +51,7 @@ class Figure:
     value: float
     unit: str
     baseline: str | None = None  # another figure's name: the table adds the ratio value / baseline
-    goal: str = ""  # the budget it is held to (../shared/ARCHITECTURE.md), as text
+    goal: str = ""  # the budget it is held to, as text
     note: str = ""
 
 

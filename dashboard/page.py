@@ -25,9 +25,7 @@ def aggregates(settings: Settings) -> Aggregates:
 
 
 def _gap_ms(settings: Settings) -> int:
-    amount, unit = settings.spark.session_gap.split()
-    seconds = {"second": 1, "minute": 60, "hour": 3600}[unit.rstrip("s")]
-    return int(amount) * seconds * 1000
+    return settings.spark.session_gap // dt.timedelta(milliseconds=1)
 
 
 def raw_report(settings: Settings, view: View, days: Range) -> RawQuery | None:

@@ -23,6 +23,7 @@ from jobs.delta_sink import replace_dates, table_exists
 from jobs.views import VIEW_FIELDS, with_event_ts
 from tally.log import kv
 from tally.settings import Settings
+from tally.spans import spark_interval
 from tally.tables import (
     ACTIVE_5M,
     BACKFILL_VIEWS,
@@ -181,7 +182,7 @@ def _backfill_chunk(
 ) -> dict[dt.date, int]:
     """Recompute every view for one chunk of dates; returns the raw events per date it read."""
     # Sessions near the range's edges need their neighbours: a gap before, a day after.
-    since = F.lit(_midnight(start)) - F.expr(f"INTERVAL {settings.spark.session_gap}")
+    since = F.lit(_midnight(start)) - F.expr(f"INTERVAL {spark_interval(settings.spark.session_gap)}")
     day = dt.timedelta(days=1)
     rows = raw_rows(spark, settings, start - day, end + day, site_id)
     # The views' map-side aggregates hold a partition's groups in memory, and a scan's partition can

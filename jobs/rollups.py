@@ -188,8 +188,7 @@ class Rollups:
         found = recent.agg(F.max("window_start"), F.collect_set("site_id")).first()
         if found is None or found[0] is None:
             return
-        watermark = spark.sql(f"SELECT INTERVAL {self.settings.spark.watermark}").first()[0]  # type: ignore[index]
-        lo = found[0] - watermark - dt.timedelta(minutes=1)
+        lo = found[0] - self.settings.spark.watermark - dt.timedelta(minutes=1)
         self.touch(Touched(frozenset(found[1]), lo, found[0]))
         log.info("rollups recovering after start", extra=kv(first=str(lo), last=str(found[0])))
 

@@ -8,11 +8,14 @@ the realtime panel uses the hopping window instead.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.views import GRAIN_INTERVAL, dimension_value, event_date, is_pageview, reportable
 from tally.dimensions import ALL, AUDIENCE_DIMENSIONS, VISIT_DIMENSIONS, Grain
+from tally.spans import spark_interval
 
 # Attributes a visit takes from its first event (ties broken by event_id, so it is deterministic).
 _FIRST_EVENT_FIELDS = AUDIENCE_DIMENSIONS
@@ -22,7 +25,7 @@ def _pageview_at() -> Column:
     return F.when(is_pageview(), F.struct(F.col("event_ts"), F.col("event_id"), F.col("path")))
 
 
-def sessions(events: DataFrame, gap: str) -> DataFrame:
+def sessions(events: DataFrame, gap: dt.timedelta) -> DataFrame:
     """One row per visit: start, end, duration, page views, bounce, entry/exit page, source.
 
     Visits without a page view (only engagement or custom events after a long pause) are not
@@ -31,7 +34,7 @@ def sessions(events: DataFrame, gap: str) -> DataFrame:
     first = F.min(F.struct(F.col("event_ts"), F.col("event_id"), *[F.col(c) for c in _FIRST_EVENT_FIELDS]))
     return (
         reportable(events)
-        .groupBy(F.col("site_id"), F.col("visitor_id"), F.session_window("event_ts", gap).alias("s"))
+        .groupBy(F.col("site_id"), F.col("visitor_id"), F.session_window("event_ts", spark_interval(gap)).alias("s"))
         .agg(
             F.min("event_ts").alias("session_start"),
             F.max("event_ts").alias("session_end"),

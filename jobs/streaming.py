@@ -34,6 +34,7 @@ from jobs.spark import spark_session
 from jobs.views import events_from_kafka
 from tally.log import kv, setup_logging
 from tally.settings import Settings, load_settings
+from tally.spans import spark_interval
 from tally.tables import RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H
 
 log = logging.getLogger("tally.jobs.streaming")
@@ -101,7 +102,7 @@ def kafka_events(spark: SparkSession, settings: Settings) -> DataFrame:
     )
     return (
         events_from_kafka(rows)
-        .withWatermark("event_ts", settings.spark.watermark)
+        .withWatermark("event_ts", spark_interval(settings.spark.watermark))
         .dropDuplicatesWithinWatermark(["event_id"])
     )
 

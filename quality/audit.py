@@ -27,7 +27,7 @@ from quality.findings import CHECKS, Finding, mismatches
 from quality.kafka_log import scan_topic
 from quality.kafka_raw import KafkaScan, reconcile_kafka_raw
 from quality.quarantine import record_statuses
-from quality.raw_views import TRAFFIC_TABLES, ViewsInput, parse_interval, reconcile_raw_views
+from quality.raw_views import TRAFFIC_TABLES, ViewsInput, reconcile_raw_views
 from quality.store import AUDITS, AUDITS_SCHEMA, append, read_rows
 from tally.log import kv
 from tally.quarantine import PartitionStatus
@@ -103,7 +103,7 @@ def _views_input(
         visits_1d=read(VISITS_1D.table, ("event_date", "pageviews")),
         visitor_sketches=read(TRAFFIC_1D.table, ("event_date", "visitors_sketch")),
         late_events=read_rows(settings, LATE, ("query", "late_rows", "event_date"), start=start, end=dt.date.max),
-        watermark=parse_interval(settings.spark.watermark),
+        watermark=settings.spark.watermark,
     )
 
 

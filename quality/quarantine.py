@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from tally.quarantine import PartitionStatus
 from tally.settings import Settings
-from tally.storage import find_table, append_rows, retry_on_conflict
+from tally.storage import append_rows, find_table, retry_on_conflict
 from tally.table_schemas import QUALITY_PARTITIONS_SCHEMA
 from tally.tables import QUALITY_PARTITIONS
 

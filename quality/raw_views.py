@@ -21,7 +21,6 @@ backfill that fixes it.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -29,19 +28,11 @@ import pandas as pd
 
 from quality.findings import KAFKA_RAW, RAW_VIEWS, SKETCHES, Finding, backfill_hint, examples
 from tally.sketches import union_estimate
+from tally.spans import describe_span
 from tally.tables import RAW_PAGEVIEWS, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
 
 RAW = RAW_PAGEVIEWS
 TRAFFIC_TABLES = (TRAFFIC_1M.table, TRAFFIC_1H.table, TRAFFIC_1D.table)
-_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
-
-
-def parse_interval(text: str) -> dt.timedelta:
-    """A Spark interval such as ``"10 minutes"`` (``spark.watermark``) as a timedelta."""
-    match = re.fullmatch(r"\s*(\d+)\s*(second|minute|hour|day)s?\s*", text.lower())
-    if match is None:
-        raise ValueError(f"{text!r} is not an interval like '10 minutes' (seconds, minutes, hours or days)")
-    return dt.timedelta(seconds=int(match[1]) * _UNITS[match[2]])
 
 
 @dataclass(frozen=True)
@@ -167,15 +158,6 @@ def _plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def _duration(span: dt.timedelta) -> str:
-    """``10 minutes``, ``2 hours``: the watermark as configured, not as ``0:10:00``."""
-    seconds = int(span.total_seconds())
-    for unit, size in sorted(_UNITS.items(), key=lambda u: -u[1]):
-        if seconds % size == 0:
-            return _plural(seconds // size, unit)
-    raise AssertionError("unreachable: the units include seconds")
-
-
 def _late_arrivals(pageviews: pd.DataFrame, watermark: dt.timedelta) -> dict[dt.date, int]:
     delay = pageviews["ts_received"] - pageviews["event_time"]
     return _per_date(pageviews[delay > watermark / dt.timedelta(milliseconds=1)])
@@ -202,7 +184,7 @@ def _explain(findings: Sequence[Finding], data: ViewsInput, pageviews: pd.DataFr
         if short and (arrived_late or recorded):
             cause = (
                 f"; late events: {_plural(arrived_late, 'page view')} of {f.date} arrived more than"
-                f" {_duration(data.watermark)} after {'its' if arrived_late == 1 else 'their'} event time,"
+                f" {describe_span(data.watermark)} after {'its' if arrived_late == 1 else 'their'} event time,"
                 f" agg.late_events counted"
                 f" {_plural(recorded, 'late row')} since {f.date}"
             )

@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from quality.contracts import Contract
 from quality.findings import CheckResult

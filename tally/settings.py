@@ -8,6 +8,7 @@ then the dataclass default. A bad value raises :class:`SettingsError` naming key
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 import re
 import types
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from tally.spans import parse_span
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 ENV_PREFIX = "TALLY_"
@@ -111,8 +114,10 @@ class SparkSettings:
     # Sessions are written only once closed (session_gap + watermark after their last event), so
     # their query gains nothing from the 1-minute view's short trigger; it yields the cores instead.
     sessions_trigger_seconds: int = 30
-    watermark: str = "10 minutes"
-    session_gap: str = "30 minutes"
+    # Time spans, "10 minutes" or "1 day" in the file, parsed here once; Spark gets them back as
+    # tally.spans.spark_interval(...), messages as describe_span(...).
+    watermark: dt.timedelta = dt.timedelta(minutes=10)  # how late an event may be and still count
+    session_gap: dt.timedelta = dt.timedelta(minutes=30)  # a visit ends after this much inactivity
     rollup_seconds: float = 30.0  # how often the hour/day/5-minute views are re-rolled from the minutes
     metrics_port: int = 8794  # Prometheus /metrics of the streaming views on 127.0.0.1; 0 = off
     backfill_chunk_days: int = 7  # a backfill recomputes this many dates per Spark job (bounds memory)
@@ -313,6 +318,11 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
             return tuple(_coerce(f"{key}[{i}]", v, item_type) for i, v in enumerate(value))
         if origin in (typing.Union, types.UnionType):
             return value
+        if annotation is dt.timedelta:
+            try:
+                return parse_span(str(value))
+            except ValueError as e:
+                raise SettingsError(f"{key}: {e}") from e
         if annotation is bool and isinstance(value, str):
             if value.lower() in ("1", "true", "yes", "on"):
                 return True

@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
-from quality.raw_views import parse_interval
 from tally.settings import Settings
 from tests.events import page_view
 from tests.faults.load import LoadReport
@@ -81,7 +80,7 @@ def views_totals(settings: Settings, site: str) -> dict[str, int]:
 def produce_closer(settings: Settings) -> None:
     """One event of another site, a session gap plus the watermark (plus 2 minutes) ahead: every
     visit of the audited site closes, as the stream only finalises a visit behind the watermark."""
-    ahead = parse_interval(settings.spark.session_gap) + parse_interval(settings.spark.watermark)
+    ahead = settings.spark.session_gap + settings.spark.watermark
     closer = page_view(CLOSER_SITE, path="/closer")
     moment = int((time.time() + (ahead + dt.timedelta(minutes=2)).total_seconds()) * 1000)
     value = json.loads(closer.to_json()) | {"event_time": moment, "ts_event": moment, "ts_sent": moment}

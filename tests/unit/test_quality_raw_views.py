@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from quality.findings import Finding
-from quality.raw_views import ViewsInput, parse_interval, reconcile_raw_views, visit_dates
+from quality.raw_views import ViewsInput, reconcile_raw_views, visit_dates
 from tally.sketches import sketch_from_ids
+from tally.spans import parse_span
 
 DAY1, DAY2 = dt.date(2026, 1, 10), dt.date(2026, 1, 11)
 SITE = "a.test"
@@ -178,7 +179,7 @@ def test_a_visitor_sketch_outside_its_bounds_is_reported() -> None:
 
 
 def test_the_watermark_setting_is_read_as_an_interval() -> None:
-    assert parse_interval("10 minutes") == dt.timedelta(minutes=10)
-    assert parse_interval("1 hour") == dt.timedelta(hours=1)
-    with pytest.raises(ValueError, match="not an interval"):
-        parse_interval("ten minutes")
+    assert parse_span("10 minutes") == dt.timedelta(minutes=10)
+    assert parse_span("1 hour") == dt.timedelta(hours=1)
+    with pytest.raises(ValueError, match="not a time span"):
+        parse_span("ten minutes")

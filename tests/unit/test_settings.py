@@ -1,10 +1,11 @@
+import datetime as dt
 import os
 from pathlib import Path
 
 import pytest
 
+from jobs.spark import shuffle_partitions
 from tally.settings import SettingsError, load_settings
-from tally.spark import shuffle_partitions
 
 
 def write_conf(folder: Path, text: str, env: str | None = None, env_text: str = "") -> Path:
@@ -44,6 +45,43 @@ def test_an_unknown_key_is_refused_with_the_known_keys(tmp_path: Path, monkeypat
     monkeypatch.delenv("TALLY_ENV", raising=False)
     with pytest.raises(SettingsError, match=r"kafka: unknown key\(s\) \['prot'\]"):
         load_settings(write_conf(tmp_path, "kafka: {prot: 1}\n"))
+
+
+def test_time_spans_are_read_once_into_timedeltas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TALLY_ENV", raising=False)
+    settings = load_settings(write_conf(tmp_path, "spark: {session_gap: 1 day}\n"))
+    assert settings.spark.session_gap == dt.timedelta(days=1)
+    assert settings.spark.watermark == dt.timedelta(minutes=10)  # the default
+
+
+def test_the_session_gap_can_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_conf(tmp_path, "spark: {session_gap: 1 day}\n", env="stage", env_text="spark: {session_gap: 45 minutes}\n")
+    monkeypatch.setenv("TALLY_ENV", "stage")
+    monkeypatch.setenv("TALLY_SPARK__SESSION_GAP", "2 hours")
+    assert load_settings(tmp_path).spark.session_gap == dt.timedelta(hours=2)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "env", "message"),
+    [
+        (
+            "spark: {session_gap: 3 fortnights}\n",
+            {},
+            "spark.session_gap: '3 fortnights' is not a time span like '30 minutes' (seconds, minutes, hours or days)",
+        ),
+        ("spark: {watermark: 10}\n", {}, "spark.watermark: '10' is not a time span like '30 minutes'"),
+        ("", {"TALLY_SPARK__WATERMARK": "ten minutes"}, "TALLY_SPARK__WATERMARK: 'ten minutes' is not a time span"),
+    ],
+)
+def test_a_bad_time_span_is_refused_with_the_key_and_the_value(
+    yaml_text: str, env: dict[str, str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TALLY_ENV", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as refused:
+        load_settings(write_conf(tmp_path, yaml_text))
+    assert str(refused.value).startswith(message)
 
 
 def test_sites_and_lists_can_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
