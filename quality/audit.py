@@ -28,12 +28,13 @@ from quality.kafka_log import scan_topic
 from quality.kafka_raw import KafkaScan, reconcile_kafka_raw
 from quality.quarantine import record_statuses
 from quality.raw_views import TRAFFIC_TABLES, ViewsInput, reconcile_raw_views
-from quality.store import AUDITS, AUDITS_SCHEMA, append, read_rows
+from quality.store import append, read_rows
 from tally.log import kv
 from tally.quarantine import PartitionStatus
 from tally.settings import Settings
 from tally.storage import find_table, recorded_offset
-from tally.tables import LATE_EVENTS, RAW_PAGEVIEWS, RAW_REJECTED, SESSIONS, TRAFFIC_1D, VISITS_1D
+from tally.table_schemas import QUALITY_AUDITS_SCHEMA
+from tally.tables import LATE_EVENTS, QUALITY_AUDITS, RAW_PAGEVIEWS, RAW_REJECTED, SESSIONS, TRAFFIC_1D, VISITS_1D
 
 log = logging.getLogger("tally.quality.audit")
 
@@ -169,7 +170,7 @@ def _record(settings: Settings, report: AuditReport) -> None:
         }
         for f in report.findings
     ]
-    append(settings, AUDITS, rows, AUDITS_SCHEMA)
+    append(settings, QUALITY_AUDITS, rows, QUALITY_AUDITS_SCHEMA)
     failed: dict[tuple[str, dt.date], list[str]] = defaultdict(list)
     for f in report.findings:
         if f.date is not None:

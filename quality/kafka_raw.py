@@ -24,7 +24,6 @@ import pandas as pd
 from quality.findings import KAFKA_RAW, Finding, examples
 from tally.tables import RAW_PAGEVIEWS
 
-RAW = RAW_PAGEVIEWS
 LOST_HINT = (
     "the archiver did not store these events; they stay in Kafka until its retention passes: check `tally status`"
     " (archive lag) and .tally/logs/archiver.log"
@@ -106,25 +105,31 @@ def reconcile_kafka_raw(
             Finding(
                 KAFKA_RAW,
                 "event ids",
-                RAW,
+                RAW_PAGEVIEWS,
                 day,
                 len(kafka_ids),
                 rows["event_id"].nunique(),
                 ids_ok,
-                f"{len(kafka_ids):,} event ids in Kafka, {rows['event_id'].nunique():,} in {RAW}{note}",
+                f"{len(kafka_ids):,} event ids in Kafka, {rows['event_id'].nunique():,} in {RAW_PAGEVIEWS}{note}",
                 "" if ids_ok else LOST_HINT if lost else FOREIGN_HINT,
             )
         )
         if lost:
-            message = f"lost {len(lost):,} events: in Kafka, not in {RAW}: {examples(lost)}"
-            findings.append(Finding(KAFKA_RAW, "lost events", RAW, day, 0, len(lost), False, message, LOST_HINT))
+            message = f"lost {len(lost):,} events: in Kafka, not in {RAW_PAGEVIEWS}: {examples(lost)}"
+            findings.append(
+                Finding(KAFKA_RAW, "lost events", RAW_PAGEVIEWS, day, 0, len(lost), False, message, LOST_HINT)
+            )
         if doubled:
             shown = examples(f"{event_id} ×{n}" for event_id, n in copies.items())
             message = f"doubled {doubled:,} events: extra raw rows for an event_id already archived: {shown}"
-            findings.append(Finding(KAFKA_RAW, "doubled events", RAW, day, 0, doubled, False, message, DOUBLED_HINT))
+            findings.append(
+                Finding(KAFKA_RAW, "doubled events", RAW_PAGEVIEWS, day, 0, doubled, False, message, DOUBLED_HINT)
+            )
         if foreign:
             message = f"{len(foreign):,} raw rows at scanned offsets hold event ids Kafka does not: {examples(foreign)}"
-            findings.append(Finding(KAFKA_RAW, "events not in Kafka", RAW, day, 0, len(foreign), False, message))
+            findings.append(
+                Finding(KAFKA_RAW, "events not in Kafka", RAW_PAGEVIEWS, day, 0, len(foreign), False, message)
+            )
     findings.append(_offsets(considered, raw, rejected, pending, raw_ids))
     return findings
 
@@ -159,4 +164,6 @@ def _offsets(
         message += f"; {int(misplaced.sum()):,} raw rows sit at the offset of another event"
     ok = not unaccounted.any()
     accounted = len(msgs) - counts["unaccounted"]
-    return Finding(KAFKA_RAW, "offsets", RAW, None, len(msgs), accounted, ok, message, "" if ok else OFFSETS_HINT)
+    return Finding(
+        KAFKA_RAW, "offsets", RAW_PAGEVIEWS, None, len(msgs), accounted, ok, message, "" if ok else OFFSETS_HINT
+    )

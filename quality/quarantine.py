@@ -19,10 +19,6 @@ from tally.storage import append_rows, find_table, retry_on_conflict
 from tally.table_schemas import QUALITY_PARTITIONS_SCHEMA
 from tally.tables import QUALITY_PARTITIONS
 
-PARTITIONS = QUALITY_PARTITIONS
-
-PARTITIONS_SCHEMA = QUALITY_PARTITIONS_SCHEMA
-
 
 def record_statuses(settings: Settings, statuses: Sequence[PartitionStatus]) -> None:
     """Upsert verdicts into ``quality.partitions`` by (table, date, checker)."""
@@ -41,13 +37,13 @@ def record_statuses(settings: Settings, statuses: Sequence[PartitionStatus]) -> 
             }
             for s in statuses
         ],
-        schema=PARTITIONS_SCHEMA,
+        schema=QUALITY_PARTITIONS_SCHEMA,
     )
 
     def upsert() -> None:
-        table = find_table(settings, PARTITIONS)
+        table = find_table(settings, QUALITY_PARTITIONS)
         if table is None:
-            append_rows(settings, PARTITIONS, data)
+            append_rows(settings, QUALITY_PARTITIONS, data)
             return
         keys = ("table_name", "partition_date", "checker")
         (

@@ -31,7 +31,6 @@ from tally.sketches import union_estimate
 from tally.spans import describe_span
 from tally.tables import RAW_PAGEVIEWS, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
 
-RAW = RAW_PAGEVIEWS
 TRAFFIC_TABLES = (TRAFFIC_1M.table, TRAFFIC_1H.table, TRAFFIC_1D.table)
 
 
@@ -95,7 +94,7 @@ def visit_dates(pageviews: pd.DataFrame, sessions: pd.DataFrame) -> pd.Series:
 
 def _count(check: str, name: str, subject: str, day: dt.date, expected: int, actual: int, what: str) -> Finding:
     diff = actual - expected
-    shown = f"{subject}: {actual:,} {what}, {RAW}: {expected:,}" + (f" ({diff:+,})" if diff else "")
+    shown = f"{subject}: {actual:,} {what}, {RAW_PAGEVIEWS}: {expected:,}" + (f" ({diff:+,})" if diff else "")
     return Finding(check, name, subject, day, expected, actual, diff == 0, shown)
 
 
@@ -127,10 +126,10 @@ def reconcile_raw_views(data: ViewsInput) -> list[Finding]:
         )
         lonely = orphans[orphans["event_date"] == day]
         if lonely.empty:
-            message = f"every page view in {RAW} belongs to a visit in agg.sessions"
+            message = f"every page view in {RAW_PAGEVIEWS} belongs to a visit in agg.sessions"
         else:
             ids = examples(lonely["event_id"].astype(str), len(lonely))
-            message = f"no visit in agg.sessions holds {_plural(len(lonely), 'page view')} of {RAW}: {ids}"
+            message = f"no visit in agg.sessions holds {_plural(len(lonely), 'page view')} of {RAW_PAGEVIEWS}: {ids}"
         findings.append(
             Finding(RAW_VIEWS, "page views without a visit", SESSIONS.table, day, 0, len(lonely), lonely.empty, message)
         )
@@ -148,7 +147,7 @@ def _visitors(data: ViewsInput) -> list[Finding]:
         ok = estimate.lower <= exact <= estimate.upper
         message = (
             f"agg.traffic_1d visitors ≈ {estimate.value:,.1f} (2-sigma bounds {estimate.lower:,.1f} .. "
-            f"{estimate.upper:,.1f}), exact distinct visitors in {RAW}: {exact:,}"
+            f"{estimate.upper:,.1f}), exact distinct visitors in {RAW_PAGEVIEWS}: {exact:,}"
         )
         findings.append(Finding(SKETCHES, "visitors", TRAFFIC_1D.table, day, exact, round(estimate.value), ok, message))
     return findings
@@ -193,9 +192,9 @@ def _explain(findings: Sequence[Finding], data: ViewsInput, pageviews: pd.DataFr
                 f" a backfill counts them: tally backfill --from {f.date} --to {f.date}"
             )
         elif short:
-            cause, hint = f"; the view misses events of {RAW}", backfill_hint(f.date)
+            cause, hint = f"; the view misses events of {RAW_PAGEVIEWS}", backfill_hint(f.date)
         else:
-            cause = f"; the view counts more than {RAW}: rows lost from raw after the view was computed"
+            cause = f"; the view counts more than {RAW_PAGEVIEWS}: rows lost from raw after the view was computed"
             cause += f" (see {KAFKA_RAW}), or the view was changed"
             hint = backfill_hint(f.date)
         explained.append(replace(f, message=f.message + cause, hint=hint))

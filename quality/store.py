@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -23,14 +23,6 @@ from tally.settings import Settings
 from tally.storage import append_rows, find_table, read_frame, retry_on_conflict
 from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_RESULTS_SCHEMA
 from tally.tables import QUALITY_AUDITS, QUALITY_RESULTS
-
-RESULTS = QUALITY_RESULTS
-AUDITS = QUALITY_AUDITS
-
-T = TypeVar("T")
-
-RESULTS_SCHEMA = QUALITY_RESULTS_SCHEMA
-AUDITS_SCHEMA = QUALITY_AUDITS_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -113,16 +105,16 @@ def append_results(settings: Settings, run_id: str, checked_at: dt.datetime, res
         }
         for r in results
     ]
-    append(settings, RESULTS, rows, RESULTS_SCHEMA, partition_by=["partition_date"])
+    append(settings, QUALITY_RESULTS, rows, QUALITY_RESULTS_SCHEMA, partition_by=["partition_date"])
 
 
 def read_results(settings: Settings, run_id: str | None = None) -> pd.DataFrame:
     """``quality.results`` (of one run, if given) as pandas; empty if no check has run yet."""
-    frame = read_frame(settings, RESULTS, RESULTS_SCHEMA)
+    frame = read_frame(settings, QUALITY_RESULTS, QUALITY_RESULTS_SCHEMA)
     return frame if run_id is None else frame[frame["run_id"] == run_id]
 
 
 def read_audits(settings: Settings, run_id: str | None = None) -> pd.DataFrame:
     """``quality.audits`` (of one run, if given) as pandas; empty if no audit has run yet."""
-    frame = read_frame(settings, AUDITS, AUDITS_SCHEMA)
+    frame = read_frame(settings, QUALITY_AUDITS, QUALITY_AUDITS_SCHEMA)
     return frame if run_id is None else frame[frame["run_id"] == run_id]
