@@ -45,9 +45,23 @@ class MaintenanceReport:
     rows_expired: int
 
 
-def maintain(settings: Settings, *, vacuum_hours: int, retention_days: int) -> list[MaintenanceReport]:
+def retention_of(name: str, *, retention_days: int, rejected_retention_days: int) -> int:
+    """Days a raw table keeps its rows (0 = forever). raw.rejected keeps its own retention, or the
+    general one when that is shorter: dead letters are never kept longer than the events."""
+    if name != RAW_REJECTED:
+        return retention_days
+    kept = [days for days in (retention_days, rejected_retention_days) if days > 0]
+    return min(kept, default=0)
+
+
+def maintain(
+    settings: Settings, *, vacuum_hours: int, retention_days: int, rejected_retention_days: int | None = None
+) -> list[MaintenanceReport]:
     """Compact small files (of the partitions the archiver no longer compacts), drop rows past
-    retention (0 = keep forever), VACUUM old files."""
+    retention (``retention_days``; for raw.rejected, ``rejected_retention_days``, by default
+    ``archiver.rejected_retention_days``; 0 = keep forever), VACUUM old files."""
+    if rejected_retention_days is None:
+        rejected_retention_days = settings.archiver.rejected_retention_days
     reports = []
     today = utc_today()
     for name, date_column in RAW_TABLES.items():
@@ -55,8 +69,9 @@ def maintain(settings: Settings, *, vacuum_hours: int, retention_days: int) -> l
         if table is None:
             continue
         expired = 0
-        if retention_days > 0:
-            cutoff = today - dt.timedelta(days=retention_days)
+        days = retention_of(name, retention_days=retention_days, rejected_retention_days=rejected_retention_days)
+        if days > 0:
+            cutoff = today - dt.timedelta(days=days)
             expired = int(table.delete(f"{date_column} < '{cutoff.isoformat()}'").get("num_deleted_rows", 0))
         compacted = compact_older_partitions(table, date_column, today)
         vacuumed = table.vacuum(retention_hours=vacuum_hours, dry_run=False, enforce_retention_duration=False)

@@ -1,8 +1,15 @@
 """The ingest ASGI app: HTTP in, :class:`ingest.pipeline.Pipeline` does the work.
 
 Routes: ``POST /api/event``, ``GET /api/event.gif`` (no-JS fallback), ``GET /t.js``,
-``GET /healthz``, ``GET /metrics``, ``GET /openapi.json``. The endpoints are module-level
-functions; :func:`create_app` and :func:`lifespan` wire what they use onto ``app.state``.
+``GET /healthz``, ``GET /openapi.json``. The endpoints are module-level functions;
+:func:`create_app` and :func:`lifespan` wire what they use onto ``app.state``. Prometheus
+metrics are not served here, on the public port, but by ``python -m ingest`` on
+``127.0.0.1:<ingest.metrics_port>``.
+
+Who the client is (:class:`ClientAddress`): the TCP peer, unless the peer is a trusted proxy;
+then the forwarding header is walked from the right, past every trusted proxy, to the first
+address that is not one. Proxies append what they saw, so everything left of that was written
+by the client and is never believed.
 """
 
 from __future__ import annotations
@@ -12,7 +19,6 @@ import base64
 import contextlib
 import gc
 import json
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -21,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -36,6 +41,7 @@ from ingest.eventlog import EventLog
 from ingest.geo import country_of
 from ingest.openapi import openapi_spec
 from ingest.pipeline import Outcome, Pipeline, log_startup
+from ingest.proxies import ClientAddress
 from ingest.ratelimit import BlockList, RateLimiter
 from ingest.spool import Spool
 from tally.settings import Settings, load_settings
@@ -49,7 +55,7 @@ PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRA
 # a young collection every few requests, and a full one, through the country database's large
 # lists, every ~1,700: about a sixth of a worker's CPU. Cycles (if any) are still collected.
 GC_YOUNG_THRESHOLD = 10_000
-COUNTS_FLUSH_S = 1.0  # accepted-event counters reach /metrics at most this late from another worker
+COUNTS_FLUSH_S = 1.0  # accepted-event counters reach the metrics at most this late
 
 
 class TooLarge(Exception):
@@ -94,17 +100,6 @@ async def read_capped(request: Request, limit: int, declared: str) -> bytes:
             return b"".join(chunks)
 
 
-def client_ip(request: Request, trusted_proxies: tuple[str, ...], forwarded: str | None = None) -> str:
-    """The visitor's IP: X-Forwarded-For's first hop, but only from a trusted proxy."""
-    client = request.scope.get("client")
-    peer = client[0] if client else ""
-    if forwarded is None:
-        forwarded = request.headers.get("x-forwarded-for")
-    if forwarded and peer in trusted_proxies:
-        return forwarded.split(",")[0].strip()[:64]
-    return peer
-
-
 def settle_heap() -> None:
     """Load what the first request would (UA patterns, country database), then freeze the heap.
 
@@ -119,19 +114,22 @@ def settle_heap() -> None:
 
 
 async def flush_counts_forever(pipeline: Pipeline) -> None:
-    """Write the pipeline's buffered counts to Prometheus every ``COUNTS_FLUSH_S``, and once more when stopped."""
+    """Every ``COUNTS_FLUSH_S``: write the pipeline's buffered counts to Prometheus, and store the
+    summaries of refusals counted in minutes now over. The counts once more when stopped."""
     try:
         while True:
             await asyncio.sleep(COUNTS_FLUSH_S)
             pipeline.counts.flush()
+            await pipeline.store_suppressed(int(time.time() * 1000))
     finally:
         pipeline.counts.flush()  # stopping: count what is left
 
 
-def request_facts(request: Request, settings: Settings) -> RequestFacts:
+def request_facts(request: Request) -> RequestFacts:
     """The visitor's address and user agent, and the time the request was received."""
+    addresses: ClientAddress = request.app.state["client_address"]
     return RequestFacts(
-        client_ip(request, settings.ingest.trusted_proxies),
+        addresses.client_ip(request.scope),
         request.headers.get("user-agent", "")[:1000],
         int(time.time() * 1000),
     )
@@ -176,31 +174,30 @@ async def post_event(request: Request) -> Response:
     pipeline = pipeline_of(request)
     ingest = pipeline.settings.ingest
     received_at = int(time.time() * 1000)
-    content_type, declared, user_agent, forwarded = header_values(
-        request, b"content-type", b"content-length", b"user-agent", b"x-forwarded-for"
-    )
+    content_type, declared, user_agent = header_values(request, b"content-type", b"content-length", b"user-agent")
     content_type = content_type.split(";")[0].strip().lower()
+    addresses: ClientAddress = request.app.state["client_address"]
+    ip = addresses.client_ip(request.scope)  # refusals are limited per client too
     limit = ingest.max_body_bytes
     try:
         body = await read_capped(request, limit, declared)
     except TooLarge as e:
         rejection = Rejection(413, "body_too_large", f"body exceeds {limit} bytes (got {e.size})")
         # The dead letter keeps the head of the body (truncated, and marked so) for recovery.
-        return json_response(await pipeline.refuse(rejection, e.head, received_at))
+        return json_response(await pipeline.refuse(rejection, e.head, received_at, ip))
     if content_type not in ACCEPTED_TYPES:
         rejection = Rejection(415, "unsupported_media_type", "send the event as text/plain or application/json")
-        return json_response(await pipeline.refuse(rejection, body, received_at))
+        return json_response(await pipeline.refuse(rejection, body, received_at, ip))
     parsed = parse_beacons(body, max_batch=ingest.max_batch)
     if isinstance(parsed, Rejection):
-        return json_response(await pipeline.refuse(parsed, body, received_at))
-    facts = RequestFacts(client_ip(request, ingest.trusted_proxies, forwarded), user_agent[:1000], received_at)
-    return json_response(await pipeline.accept(parsed, facts))
+        return json_response(await pipeline.refuse(parsed, body, received_at, ip))
+    return json_response(await pipeline.accept(parsed, RequestFacts(ip, user_agent[:1000], received_at)))
 
 
 async def pixel(request: Request) -> Response:
     """No-JS page view: ``<img src=".../api/event.gif?s=SITE">``; the id and times are the server's."""
     pipeline = pipeline_of(request)
-    facts = request_facts(request, pipeline.settings)
+    facts = request_facts(request)
     query = request.query_params
     item = {
         "id": str(uuid.uuid4()),
@@ -233,18 +230,12 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": status, "spooled": store.spool.spooled, "blocked_clients": len(blocks)})
 
 
-async def metrics(request: Request) -> Response:
-    """``GET /metrics``: Prometheus counters, summed over the workers when there are several."""
-    pipeline_of(request).counts.flush()  # this worker's counts are exact; another's at most COUNTS_FLUSH_S old
-    registry = REGISTRY
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # several workers: sum their counters
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-
 async def openapi(request: Request) -> Response:
-    """``GET /openapi.json``: the endpoint's description, built once by :func:`create_app`."""
+    """``GET /openapi.json``: the endpoint's description, built once by :func:`create_app`.
+
+    Public on purpose: it describes only what the public endpoint already shows every page
+    that embeds the snippet (routes, the beacon's fields and limits), and no settings, version
+    or internals (ingest/openapi.py)."""
     spec: dict[str, Any] = request.app.state["openapi_spec"]
     return JSONResponse(spec)
 
@@ -279,17 +270,21 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        follower.close()
-        kafka.close()
-        store.spool.close()
+        try:
+            await pipeline.store_suppressed()  # the counts of refusals not stored yet, whatever their minute
+        finally:
+            follower.close()
+            kafka.close()
+            store.spool.close()
 
 
 def create_app(settings: Settings | None = None) -> Starlette:
     """Build the ASGI app (uvicorn's factory: ``ingest.app:create_app``).
 
     Wires ``app.state`` for the endpoints: ``settings``, ``blocks`` (the published rate-limit
-    blocks), ``limiter``, ``snippet`` (the tracker's bytes) and ``openapi_spec``; :func:`lifespan`
-    adds each worker's ``durable_log`` and ``pipeline``.
+    blocks), ``limiter``, ``client_address`` (the trusted proxies, parsed once), ``snippet`` (the
+    tracker's bytes) and ``openapi_spec``; :func:`lifespan` adds each worker's ``durable_log``
+    and ``pipeline``.
     """
     settings = settings or load_settings()
     routes = [
@@ -298,7 +293,6 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/api/event.gif", pixel, methods=["GET"]),
         Route("/t.js", snippet, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
@@ -306,6 +300,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
     app.state.settings = settings
     app.state.blocks = blocks
     app.state.limiter = RateLimiter(site_events_per_second=settings.ratelimit.site_events_per_second, blocks=blocks)
+    app.state.client_address = ClientAddress(
+        trusted_proxies=settings.ingest.trusted_proxies, header=settings.ingest.proxy_header
+    )
     app.state.snippet = SNIPPET.read_bytes()
     app.state.openapi_spec = openapi_spec(max_batch=settings.ingest.max_batch)
     return app

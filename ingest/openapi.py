@@ -1,11 +1,17 @@
-"""The OpenAPI document served at ``/openapi.json`` (the contract schemathesis fuzzes)."""
+"""The OpenAPI document served at ``/openapi.json`` (the contract schemathesis fuzzes).
+
+It is served on the public port, so it holds only what the public endpoint shows anyway: its
+routes and the beacon's wire format (ingest/PAYLOAD.md). Its version is that of the wire
+format, not Tally's release, so it tells no one which build runs; ``/metrics`` is not in it
+(loopback only).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-import tally
 from ingest.beacon import BeaconSchema
+from tally.schema import SCHEMA_VERSION
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -34,7 +40,7 @@ def openapi_spec(*, max_batch: int) -> dict[str, Any]:
         "openapi": "3.0.3",
         "info": {
             "title": "Tally ingest",
-            "version": tally.__version__,
+            "version": str(SCHEMA_VERSION),
             "description": "Beacon endpoint; wire format in ingest/PAYLOAD.md.",
         },
         "paths": {
@@ -80,7 +86,6 @@ def openapi_spec(*, max_batch: int) -> dict[str, Any]:
                 }
             },
             "/t.js": {"get": {"summary": "The tracking snippet", "responses": {"200": {"description": "JavaScript"}}}},
-            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "metrics"}}}},
         },
         "components": {"schemas": {"Beacon": beacon}},
     }

@@ -1,12 +1,15 @@
 """What ingest does with one request: validate -> enrich -> check site -> rate-limit -> store.
 
-Every refusal becomes a dead letter on ``pageviews.rejected`` (with the payload), and every
+Every refusal becomes a dead letter on ``pageviews.rejected`` (with the payload), up to
+``ratelimit.client_refusals_per_minute`` per client; past that, refusals are counted, and each
+count is stored as one summary dead letter when its minute closes (ingest/PAYLOAD.md). Every
 accepted event is acknowledged only once it is durable (an :class:`ingest.types.RecordStore`:
 :class:`ingest.durable.DurableLog` in the app, an in-memory fake in unit tests).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 from dataclasses import dataclass, field
@@ -16,9 +19,9 @@ import msgspec
 from prometheus_client import Counter
 
 from ingest.beacon import ParsedBody, Rejection
-from ingest.enrich import EnrichError, RequestFacts, client_of, event_record
+from ingest.enrich import EnrichError, RequestFacts, client_hash, client_of, event_record
 from ingest.event_record import EventRecord, encode_record
-from ingest.ratelimit import RateLimiter
+from ingest.ratelimit import RateLimiter, RefusalLimiter, SuppressedRefusals
 from ingest.salts import SaltStore
 from ingest.spool import Record
 from ingest.types import RecordStore
@@ -31,6 +34,14 @@ log = logging.getLogger("tally.ingest")
 EVENTS = Counter("tally_ingest_events_total", "Events by outcome (accepted, or the rejection kind)", ["outcome"])
 STORED = Counter("tally_ingest_stored_total", "Accepted events by where they were made durable", ["store"])
 THROTTLED = Counter("tally_ingest_throttled_requests_total", "Requests refused by a rate limit")
+SUPPRESSED = Counter(
+    "tally_ingest_refusals_suppressed_total",
+    "Refusals over ratelimit.client_refusals_per_minute: counted in a summary dead letter, not stored whole",
+    ["kind"],
+)
+
+# A refusal: what to keep as the payload (the body, or one item of it), why, and the site it names.
+Refused = tuple[Any, Rejection, str]
 
 
 class BufferedCounts:
@@ -38,8 +49,8 @@ class BufferedCounts:
 
     With several workers, each increment of a prometheus_client counter takes a lock, a getpid
     system call and a write to the worker's mmap file, and the accept path made two a request.
-    ingest.app flushes every second and before it serves /metrics; refusals (rare, and read at
-    once by operators) still count directly.
+    ingest.app flushes every second (and when a worker stops); refusals (rare, and read at once
+    by operators) still count directly.
     """
 
     def __init__(self) -> None:
@@ -72,13 +83,13 @@ class Pipeline:
         self.store = store
         self.limiter = limiter
         self.salts = SaltStore(settings.home_dir / "salts")
+        self.refusals = RefusalLimiter(per_minute=settings.ratelimit.client_refusals_per_minute)
         self._accepted = EVENTS.labels(outcome="accepted")
         self._stored = {where: STORED.labels(store=where) for where in ("kafka", "spool")}
         self.counts = BufferedCounts()
 
     def _letter(self, rejection: Rejection, payload: bytes, received_at: int) -> Record:
         """One refusal as a dead-letter record; it is stored as durably as an event."""
-        EVENTS.labels(outcome=rejection.kind).inc()
         letter = dead_letter(
             component="tally-ingest",
             kind=rejection.kind,
@@ -90,13 +101,67 @@ class Pipeline:
         )
         return (self.settings.kafka.rejected_topic, None, letter.to_json())
 
-    async def reject(self, rejection: Rejection, payload: bytes, received_at: int) -> None:
-        """Record one refusal as a dead letter."""
-        await self.store.append([self._letter(rejection, payload, received_at)])
+    def _site_named(self, item: Any) -> str:
+        """The configured site an item names, else "" (refusals are counted per client, site and kind)."""
+        site_id = item.get("s") if isinstance(item, dict) else None
+        return site_id if isinstance(site_id, str) and self.settings.site(site_id) else ""
 
-    async def refuse(self, rejection: Rejection, payload: bytes, received_at: int) -> Outcome:
-        await self.reject(rejection, payload, received_at)
+    def _dead_letters(self, refused: list[Refused], client_ip: str, received_at: int) -> list[Record]:
+        """The dead letters of a request's refusals: each stored whole while its client is within
+        ``ratelimit.client_refusals_per_minute``, else counted (see :meth:`store_suppressed`)."""
+        records = []
+        client = ""
+        for item, rejection, site_id in refused:
+            EVENTS.labels(outcome=rejection.kind).inc()
+            if self.refusals.per_minute:
+                client = client or client_hash(self.salts.salt_for(received_at), client_ip)
+                kind, status = rejection.kind, rejection.status
+                if not self.refusals.admit(
+                    client_hash=client, site_id=site_id, kind=kind, status=status, now_ms=received_at
+                ):
+                    SUPPRESSED.labels(kind=kind).inc()
+                    continue
+            payload = item if isinstance(item, bytes) else json.dumps(item, default=str).encode()
+            records.append(self._letter(rejection, payload, received_at))
+        return records
+
+    async def refuse(self, rejection: Rejection, payload: bytes, received_at: int, client_ip: str) -> Outcome:
+        """Refuse a whole request (its body is the payload): a dead letter, within the client's refusal limit."""
+        records = self._dead_letters([(payload, rejection, "")], client_ip, received_at)
+        if records:
+            await self.store.append(records)
         return Outcome(rejection.status, rejection.body())
+
+    def _summary(self, counted: SuppressedRefusals) -> Record:
+        """The dead letter that stands for refusals counted instead of stored (ingest/PAYLOAD.md)."""
+        minute = dt.datetime.fromtimestamp(counted.minute_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%dT%H:%MZ")
+        limit = self.refusals.per_minute
+        summary = {"suppressed": counted.count, "client_hash": counted.client_hash, "site_id": counted.site_id}
+        letter = dead_letter(
+            component="tally-ingest",
+            kind=counted.kind,
+            message=f"suppressed: {counted.count} more {counted.kind} refusals from one client in the minute "
+            f"from {minute}, counted, not stored (over ratelimit.client_refusals_per_minute: {limit})",
+            status=counted.status,
+            received_at=counted.last_at_ms,
+            payload=json.dumps(summary | {"minute": minute}).encode(),
+        )
+        return (self.settings.kafka.rejected_topic, None, letter.to_json())
+
+    async def store_suppressed(self, now_ms: int | None = None) -> int:
+        """Store one summary dead letter per count of suppressed refusals whose minute is over
+        before ``now_ms`` (every count when None: ingest is stopping); return how many."""
+        counted = self.refusals.drain() if now_ms is None else self.refusals.closed(now_ms)
+        if not counted:
+            return 0
+        refusals = sum(c.count for c in counted)
+        try:
+            await self.store.append([self._summary(c) for c in counted])
+        except OSError as e:  # Kafka down and the spool's disk failing: say what is lost, keep going
+            log.error("refusal counts not stored", extra=kv(records=len(counted), refusals=refusals, error=str(e)))
+            return 0
+        log.warning("refusals counted, not stored whole", extra=kv(records=len(counted), refusals=refusals))
+        return len(counted)
 
     def _site_check(self, site_id: str, site: SiteSettings | None, hostname: str) -> Rejection | None:
         if site is None:
@@ -107,11 +172,9 @@ class Pipeline:
             return Rejection(403, "foreign_host", f"host {hostname!r} does not belong to site {site_id!r}")
         return None
 
-    def _enrich_all(
-        self, parsed: ParsedBody, facts: RequestFacts
-    ) -> tuple[list[EventRecord], list[tuple[Any, Rejection]]]:
+    def _enrich_all(self, parsed: ParsedBody, facts: RequestFacts) -> tuple[list[EventRecord], list[Refused]]:
         events: list[EventRecord] = []
-        invalid = list(parsed.invalid)
+        invalid = [(item, rejection, self._site_named(item)) for item, rejection in parsed.invalid]
         if not parsed.beacons:
             return events, invalid
         # UA, country, client hash and visitor id belong to the client: worked out once for all its events.
@@ -119,14 +182,22 @@ class Pipeline:
         for beacon in parsed.beacons:
             site = self.settings.site(beacon.s)
             try:
-                event = event_record(beacon, client, facts.ts_received, hash_routing=bool(site and site.hash_routing))
+                event = event_record(
+                    beacon,
+                    client,
+                    facts.ts_received,
+                    hash_routing=bool(site and site.hash_routing),
+                    query_params=site.query_params if site else (),
+                )
             except EnrichError as e:
                 error = {"field": "u (url)", "error": str(e)}
-                invalid.append((msgspec.structs.asdict(beacon), Rejection(422, "invalid_url", str(e), (error,))))
+                item = msgspec.structs.asdict(beacon)
+                invalid.append((item, Rejection(422, "invalid_url", str(e), (error,)), self._site_named(item)))
                 continue
             refusal = self._site_check(beacon.s, site, event.hostname)
             if refusal:
-                invalid.append((msgspec.structs.asdict(beacon), refusal))
+                item = msgspec.structs.asdict(beacon)
+                invalid.append((item, refusal, self._site_named(item)))
             else:
                 events.append(event)
         return events, invalid
@@ -155,14 +226,13 @@ class Pipeline:
         events, invalid = self._enrich_all(parsed, facts)
         throttled = self._rate_limit(events, facts.ts_received)
         if throttled is not None:
-            invalid += [(e.fields(), throttled) for e in events]
+            invalid += [(e.fields(), throttled, e.site_id) for e in events]
             events = []
-        received = facts.ts_received
-        records = [self._letter(r, json.dumps(item, default=str).encode(), received) for item, r in invalid]
+        records = self._dead_letters(invalid, facts.client_ip, facts.ts_received)
         topic = self.settings.kafka.pageviews_topic
         records += [(topic, e.visitor_id.encode(), encode_record(e)) for e in events]
         # One append for the whole request: Kafka acknowledges its events and dead letters together.
-        where = await self.store.append(records)
+        where = await self.store.append(records) if records else ""  # "": every refusal was only counted
         if events:
             self.counts.add(self._accepted, len(events))
             self.counts.add(self._stored[where], len(events))
@@ -172,7 +242,7 @@ class Pipeline:
             return Outcome(first.status, first.body(), headers)
         body: dict[str, Any] = {"accepted": len(events)}
         if parsed.is_batch and invalid:
-            body["rejected"] = [r.body() for _, r in invalid]
+            body["rejected"] = [r.body() for _, r, _ in invalid]
         return Outcome(202, body)
 
 

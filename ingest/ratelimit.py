@@ -4,7 +4,9 @@
   (the seed's "100 requests per hour from any particular IP address");
 - per site per second: a token bucket on all events of the site;
 - blocks published by the Spark jobs on the compacted ``ratelimit.blocks`` topic, so every
-  ingest replica refuses a client the jobs flagged (see :class:`BlockList`).
+  ingest replica refuses a client the jobs flagged (see :class:`BlockList`);
+- per client per minute, the dead letters stored whole (see :class:`RefusalLimiter`): a refusal
+  costs the client nothing, so without it anyone could fill the disk with 16 KiB dead letters.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 HOUR_MS = 3_600_000
+MINUTE_MS = 60_000
 
 
 @dataclass(frozen=True)
@@ -98,3 +101,69 @@ class RateLimiter:
 
 def _seconds(ms: int) -> int:
     return max(1, -(-ms // 1000))
+
+
+@dataclass(frozen=True)
+class SuppressedRefusals:
+    """A client's refusals of one site and kind in one clock minute that were counted, not stored."""
+
+    client_hash: str
+    site_id: str  # a configured site, or "" (the request named none, or one that is not configured)
+    kind: str
+    status: int
+    minute_ms: int  # the start of the minute
+    count: int
+    last_at_ms: int  # when the last of them was received
+
+
+class RefusalLimiter:
+    """Which refusals are stored whole: a client's first ``per_minute`` of each clock minute.
+
+    Past that, refusals are counted per client, site and kind, and :meth:`closed` hands out each
+    count once its minute is over, for ingest to store one summary record per count. Sites are
+    configured ones or "": an unknown site id is whatever the client sent, so it must not make
+    a key of its own. ``per_minute`` 0: every refusal is stored whole.
+    """
+
+    def __init__(self, *, per_minute: int) -> None:
+        assert per_minute >= 0, "settings refuse a negative ratelimit.client_refusals_per_minute"
+        self.per_minute = per_minute
+        self._minute = -1
+        self._stored: dict[str, int] = {}  # client hash -> refusals stored whole this minute
+        self._counted: dict[tuple[str, str, str], list[int]] = {}  # (client, site, kind) -> [status, count, last]
+        self._closed: list[SuppressedRefusals] = []
+
+    def admit(self, *, client_hash: str, site_id: str, kind: str, status: int, now_ms: int) -> bool:
+        """True: store this refusal whole. False: it is counted instead (over the client's limit)."""
+        minute = now_ms // MINUTE_MS
+        if minute != self._minute:
+            self._close(minute)
+        stored = self._stored.get(client_hash, 0)
+        if not self.per_minute or stored < self.per_minute:
+            self._stored[client_hash] = stored + 1
+            return True
+        tally = self._counted.setdefault((client_hash, site_id, kind), [status, 0, now_ms])
+        tally[1] += 1
+        tally[2] = max(tally[2], now_ms)
+        return False
+
+    def closed(self, now_ms: int) -> list[SuppressedRefusals]:
+        """The counts of the minutes before ``now_ms``'s, each handed out once."""
+        if now_ms // MINUTE_MS > self._minute:
+            self._close(now_ms // MINUTE_MS)
+        found, self._closed = self._closed, []
+        return found
+
+    def drain(self) -> list[SuppressedRefusals]:
+        """Every count, the current minute's too (ingest is stopping)."""
+        self._close(self._minute)
+        found, self._closed = self._closed, []
+        return found
+
+    def _close(self, minute: int) -> None:
+        start = self._minute * MINUTE_MS
+        self._closed += [
+            SuppressedRefusals(client, site, kind, status, start, count, last)
+            for (client, site, kind), (status, count, last) in self._counted.items()
+        ]
+        self._minute, self._stored, self._counted = minute, {}, {}

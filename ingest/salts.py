@@ -1,17 +1,35 @@
 """Daily rotating salts for visitor ids. Yesterday's salt is deleted, so ids cannot be re-linked.
 
-Salts are files under ``<home>/salts`` created atomically, so every ingest worker on the host
-uses the same salt for the same day.
+Salts are files under ``<home>/salts``, one per UTC day, shared by every ingest worker on the
+host. A salt file appears whole or not at all: it is written to a temporary file, fsync'd, then
+linked into place (``os.link`` fails if the name exists, so the first writer wins and racing
+processes all read its salt). A salt shorter than :data:`MIN_SALT_BYTES` is never used: with an
+empty key, ``visitor_id = HMAC(salt, site|IP|UA)`` is computable by anyone. A short file left
+by a crash (or an older Tally, which wrote after creating) is replaced, under a lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
+import logging
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from tally.log import kv
+
 DAY_MS = 86_400_000
+MIN_SALT_BYTES = 32
+
+log = logging.getLogger("tally.ingest.salts")
+
+
+class BadSalt(RuntimeError):
+    """No usable salt could be read or made: ingest must not hash visitors with it."""
 
 
 class SaltStore:
@@ -19,7 +37,7 @@ class SaltStore:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._cache: tuple[int, bytes] | None = None  # (UTC day number, its salt)
+        self._cache: tuple[int, bytes] | None = None  # (UTC day number, its salt); only a good one
 
     def salt_for(self, ts_ms: int) -> bytes:
         """The salt of the UTC day containing ``ts_ms`` (server receive time)."""
@@ -28,6 +46,7 @@ class SaltStore:
             return self._cache[1]
         day = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).date().isoformat()
         salt = self._load_or_create(day)
+        assert len(salt) >= MIN_SALT_BYTES, "a short salt must never be used, let alone cached"
         self._cache = (day_number, salt)
         self._delete_older_than(day)
         return salt
@@ -35,17 +54,73 @@ class SaltStore:
     def _load_or_create(self, day: str) -> bytes:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{day}.salt"
+        salt = _read(path)
+        if salt is not None:
+            return salt
+        # Locked so that a bad file is replaced once, not by each process in turn (os.link alone
+        # makes racing writers agree on a missing file, but not on which bad file to remove).
+        with self._exclusive():
+            salt = _read(path)  # another process may have made it meanwhile
+            if salt is not None:
+                return salt
+            if path.exists():
+                size = path.stat().st_size
+                log.error("unusable salt file replaced", extra=kv(path=str(path), bytes=size, needed=MIN_SALT_BYTES))
+                path.unlink()
+            self._publish(path, day)
+        salt = _read(path)
+        if salt is None:
+            raise BadSalt(f"{path} holds no usable salt right after it was written; check the disk under {self.folder}")
+        return salt
+
+    def _publish(self, path: Path, day: str) -> None:
+        """Write a new salt beside ``path``, fsync it, and link it into place unless one is there already."""
+        temporary = self.folder / f"{day}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return bytes.fromhex(path.read_text().strip())
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
-            f.flush()
-            os.fsync(f.fileno())
-        return bytes.fromhex(path.read_text().strip())
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(MIN_SALT_BYTES))
+                f.flush()
+                os.fsync(f.fileno())
+            # Atomic, and refuses an existing name: the first writer wins, and everyone reads its salt.
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, path)
+            _fsync_dir(self.folder)
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        with open(self.folder / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _delete_older_than(self, day: str) -> None:
-        for old in self.folder.glob("*.salt"):
-            if old.stem < day:
+        for old in [*self.folder.glob("*.salt"), *self.folder.glob("*.tmp")]:
+            if old.name.partition(".")[0] < day:
                 old.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> bytes | None:
+    """The salt in ``path``; None if there is none, or if it is shorter than :data:`MIN_SALT_BYTES`."""
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    try:
+        salt = bytes.fromhex(text)
+    except ValueError:
+        salt = b""
+    return salt if len(salt) >= MIN_SALT_BYTES else None
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a new name in ``folder`` durable (the file's own fsync does not cover its directory entry)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

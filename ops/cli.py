@@ -122,7 +122,13 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
     from archiver.maintenance import maintain
 
-    for r in maintain(settings, vacuum_hours=args.vacuum_hours, retention_days=args.retention_days):
+    reports = maintain(
+        settings,
+        vacuum_hours=args.vacuum_hours,
+        retention_days=args.retention_days,
+        rejected_retention_days=args.rejected_retention_days,
+    )
+    for r in reports:
         print(
             f"{r.table}: {r.files_compacted} small files compacted, {r.files_vacuumed} old files vacuumed, "
             f"{r.rows_expired} rows past retention deleted"
@@ -179,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     maintain = add("maintain", cmd_maintain, "Compact small files, expire old raw rows, VACUUM the raw tables.")
     maintain.add_argument("--vacuum-hours", type=int, default=168, help="keep unreferenced files this long")
     maintain.add_argument("--retention-days", type=int, default=0, help="delete raw rows older than this; 0 = keep")
+    maintain.add_argument(
+        "--rejected-retention-days",
+        type=int,
+        help="delete raw.rejected rows older than this (default: archiver.rejected_retention_days, 30); 0 = keep,"
+        " unless --retention-days is set",
+    )
     traffic = add("traffic", cmd_traffic, "Send realistic synthetic beacons to the ingest endpoint.")
     traffic.add_argument("--rate", type=float, help="beacons per second (default: traffic.rate)")
     traffic.add_argument("--duration", type=float, default=0, help="seconds to run; 0 = until Ctrl-C")

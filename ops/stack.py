@@ -156,13 +156,14 @@ def free_ports(count: int) -> list[int]:
 
 def stack_env(home: Path) -> dict[str, str]:
     """Environment for an isolated Tally: its own home and free ports."""
-    kafka, controller, ingest, dashboard, archiver_metrics, views_metrics = free_ports(6)
+    kafka, controller, ingest, dashboard, archiver_metrics, views_metrics, ingest_metrics = free_ports(7)
     return {
         "TALLY_ENV": "test",
         "TALLY_HOME": str(home),
         "TALLY_KAFKA__PORT": str(kafka),
         "TALLY_KAFKA__CONTROLLER_PORT": str(controller),
         "TALLY_INGEST__PORT": str(ingest),
+        "TALLY_INGEST__METRICS_PORT": str(ingest_metrics),
         "TALLY_DASHBOARD__PORT": str(dashboard),
         "TALLY_ARCHIVER__METRICS_PORT": str(archiver_metrics),
         "TALLY_SPARK__METRICS_PORT": str(views_metrics),

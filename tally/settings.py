@@ -178,20 +178,51 @@ class IngestSettings:
     workers: int = 2
     max_body_bytes: int = 65536
     max_batch: int = 50
-    trusted_proxies: tuple[str, ...] = ("127.0.0.1",)
+    # The reverse proxies in front of ingest, as CIDR ranges (a bare address is a /32 or /128).
+    # Only a request whose TCP peer is in one of them has its client address read from
+    # ``proxy_header``, walked from the right past every trusted hop.
+    trusted_proxies: tuple[str, ...] = ("127.0.0.1/32", "::1/128")
+    proxy_header: str = "x-forwarded-for"  # what those proxies write: x-forwarded-for | forwarded (RFC 7239)
+    metrics_port: int = 8795  # Prometheus /metrics on 127.0.0.1 only, never the public port; 0 = off
     # How long the Kafka producer waits to fill a batch. Longer: fewer, bigger produce requests
     # (less CPU for ingest and broker per event) but every 202 waits that much longer.
     linger_ms: float = 10.0
 
     def __post_init__(self) -> None:
+        import ipaddress  # only this check needs it; ingest parses the ranges once at start-up
+
         if not 0 <= self.linger_ms <= 1000:
             raise SettingsError(f"ingest.linger_ms: {self.linger_ms} must be between 0 and 1000 (milliseconds)")
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy)
+            except ValueError as e:
+                raise SettingsError(
+                    f"ingest.trusted_proxies: {proxy!r} is not an IP address or CIDR range ({e}); "
+                    "write e.g. 10.0.0.0/8, 192.0.2.7 or 2001:db8::/32"
+                ) from e
+        if self.proxy_header not in ("x-forwarded-for", "forwarded"):
+            raise SettingsError(
+                f"ingest.proxy_header: expected x-forwarded-for or forwarded, got {self.proxy_header!r}"
+            )
+        if not 0 <= self.metrics_port <= 65535:
+            raise SettingsError(f"ingest.metrics_port: {self.metrics_port} must be a port number, or 0 for off")
 
 
 @dataclass(frozen=True)
 class RateLimitSettings:
     client_pageviews_per_hour: int = 100
     site_events_per_second: float = 1000.0
+    # Dead letters stored whole per hashed client per clock minute (per ingest worker); past it,
+    # refusals are counted per client, site and kind, and one summary record per count is stored
+    # when the minute closes (ingest/PAYLOAD.md). 0 = store every refusal whole.
+    client_refusals_per_minute: int = 10
+
+    def __post_init__(self) -> None:
+        if self.client_refusals_per_minute < 0:
+            raise SettingsError(
+                f"ratelimit.client_refusals_per_minute: {self.client_refusals_per_minute} must be 0 (no limit) or more"
+            )
 
 
 @dataclass(frozen=True)
@@ -201,6 +232,15 @@ class ArchiverSettings:
     dedup_days: int = 2
     metrics_port: int = 8793  # Prometheus /metrics on 127.0.0.1; 0 = off
     stall_seconds: float = 60.0  # no message this long while Kafka holds unarchived ones: replace the consumer
+    # `tally maintain` deletes raw.rejected rows older than this (dead letters hold whole payloads,
+    # client-sent and unbounded in number); 0 = keep forever.
+    rejected_retention_days: int = 30
+
+    def __post_init__(self) -> None:
+        if self.rejected_retention_days < 0:
+            raise SettingsError(
+                f"archiver.rejected_retention_days: {self.rejected_retention_days} must be 0 (keep forever) or more"
+            )
 
 
 @dataclass(frozen=True)
@@ -222,6 +262,17 @@ class DashboardSettings:
     share_link_days: int = 7  # default lifetime of `tally share create` links
     session_minutes: int = 480  # a password login lasts this long, then the form asks again
     oidc: bool = False  # offer "Log in with <provider>" (st.login) when .streamlit/secrets.toml has [auth]
+    # scrypt cost N of new password hashes: 2^17 needs 128 MiB and a few tenths of a second per
+    # check. Keep the default; conf/test.yaml lowers it so that tests run fast.
+    password_scrypt_n: int = 2**17
+
+    def __post_init__(self) -> None:
+        n = self.password_scrypt_n
+        if not 2**10 <= n <= 2**18 or n & (n - 1):
+            raise SettingsError(
+                f"dashboard.password_scrypt_n: {n} must be a power of two from 1024 to 262144; "
+                "leave it unset for the default 131072 (2^17)"
+            )
 
 
 @dataclass(frozen=True)
@@ -251,6 +302,17 @@ class SiteSettings:
     domains: tuple[str, ...] = ()
     hash_routing: bool = False  # keep URL fragments: the site routes by #/path
     client_pageviews_per_hour: int = 0  # 0 = ratelimit.client_pageviews_per_hour
+    # Query parameters kept in stored page URLs besides utm_* and the ad click ids; every other
+    # one is dropped at ingest, since URLs carry tokens, e-mail addresses and search terms.
+    query_params: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in self.query_params:
+            if not name or any(c in name for c in "&=#? "):
+                raise SettingsError(
+                    f"sites ({self.site_id}).query_params: {name!r} is not a query parameter name; "
+                    "list names only, e.g. [page, lang]"
+                )
 
 
 @dataclass(frozen=True)

@@ -54,9 +54,11 @@ class FuzzTarget:
 def target(settings: Settings, kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzTarget]:
     """An ingest process of its own, writing to topics of its own."""
     home, run = tmp_path_factory.mktemp("fuzz-home"), uuid.uuid4().hex[:8]
+    port, metrics_port = free_ports(2)
     env = {
         "TALLY_HOME": str(home),
-        "TALLY_INGEST__PORT": str(free_ports(1)[0]),
+        "TALLY_INGEST__PORT": str(port),
+        "TALLY_INGEST__METRICS_PORT": str(metrics_port),
         "TALLY_KAFKA__PAGEVIEWS_TOPIC": f"fuzz-pageviews-{run}",
         "TALLY_KAFKA__REJECTED_TOPIC": f"fuzz-rejected-{run}",
     }
@@ -77,9 +79,9 @@ def dead_letters(target: FuzzTarget) -> list[DeadLetter]:
     ]
 
 
-def refusals_counted(url: str) -> int:
+def refusals_counted(target: FuzzTarget) -> int:
     """Events refused so far, by the endpoint's own Prometheus counter (every outcome but accepted)."""
-    text = httpx.get(url + "/metrics").text
+    text = httpx.get(f"http://127.0.0.1:{target.settings.ingest.metrics_port}/metrics").text
     return int(
         sum(
             float(v)
@@ -111,10 +113,10 @@ def test_schemathesis_finds_no_server_error_and_every_refusal_is_a_dead_letter(
     target: FuzzTarget, examples: int, tmp_path: Path
 ) -> None:
     letters_before = len(dead_letters(target))
-    refused_before = refusals_counted(target.url)
+    refused_before = refusals_counted(target)
     cases = run_schemathesis(target, examples, tmp_path / "schemathesis.ndjson")
     print(f"\nschemathesis: {cases} test cases, 0 failures")
-    refused = refusals_counted(target.url) - refused_before
+    refused = refusals_counted(target) - refused_before
     assert refused > 50, "the fuzzer should have produced many invalid requests"
     wait_for(
         lambda: len(dead_letters(target)) - letters_before == refused, 60, f"{refused} dead letters, one per refusal"

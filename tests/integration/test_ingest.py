@@ -1,19 +1,28 @@
-"""The ingest endpoint against a real broker: answers, dead letters, limits, the no-JS pixel."""
+"""The ingest endpoint against a real broker: answers, dead letters, limits, the no-JS pixel,
+and the metrics on a loopback port of their own."""
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import gzip
 import json
+import sys
 import time
 import uuid
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
 
+from ingest.enrich import client_hash
+from ops.processes import Service, Supervisor
+from ops.stack import free_ports, http_ok
 from tally.deadletter import DeadLetter
 from tally.schema import PageViewEvent
 from tally.settings import Settings
+from tests.integration.conftest import wait_for
 from tests.integration.kafka_reader import read_topic
 
 FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
@@ -121,30 +130,83 @@ def test_the_pixel_records_a_page_view_for_pages_without_javascript(settings: Se
     assert len(found) == 1
 
 
-def test_snippet_spec_metrics_and_health_are_served(ingest_url: str) -> None:
+class Ingest(NamedTuple):
+    url: str  # the public port
+    metrics: str  # 127.0.0.1:<its metrics port>
+
+
+def start_ingest(supervisor: Supervisor, name: str, env: dict[str, str] | None = None) -> Ingest:
+    """An ingest server of its own, with its metrics on a free loopback port (conf/test.yaml turns
+    them off: a session runs several ingest servers)."""
+    port, metrics_port = free_ports(2)
+    command = [sys.executable, "-m", "ingest", "--port", str(port), "--metrics-port", str(metrics_port)]
+    url = f"http://127.0.0.1:{port}"
+    supervisor.start(
+        Service(name, command, port=port, env=env or {}, ready=functools.partial(http_ok, url + "/healthz"))
+    )
+    return Ingest(url, f"http://127.0.0.1:{metrics_port}")
+
+
+@pytest.fixture(scope="module")
+def metered(supervisor: Supervisor, kafka: str) -> Iterator[Ingest]:
+    yield start_ingest(supervisor, "ingest-metered")
+    supervisor.stop("ingest-metered")
+
+
+def test_snippet_spec_and_health_are_served_and_metrics_only_on_loopback(ingest_url: str, metered: Ingest) -> None:
     snippet = httpx.get(f"{ingest_url}/t.js")
     assert snippet.status_code == 200 and "javascript" in snippet.headers["content-type"]
     assert len(gzip.compress(snippet.content, 9)) <= 1024
     spec = httpx.get(f"{ingest_url}/openapi.json").json()
     assert "/api/event" in spec["paths"] and "Beacon" in spec["components"]["schemas"]
+    assert "/metrics" not in spec["paths"]
     assert httpx.get(f"{ingest_url}/healthz").json()["status"] == "ok"
-    assert "tally_ingest_events_total" in httpx.get(f"{ingest_url}/metrics").text
+    assert httpx.get(f"{metered.url}/metrics").status_code == 404  # not on the public port
+    assert "tally_ingest_stored_total" in httpx.get(f"{metered.metrics}/metrics").text
 
 
-def counted(url: str, sample: str) -> float:
-    """One sample of ingest's /metrics, e.g. ``tally_ingest_events_total{outcome="accepted"}``; 0 when absent."""
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
+def counted(metrics: str, sample: str) -> float:
+    """One sample of ingest's metrics, e.g. ``tally_ingest_events_total{outcome="accepted"}``; 0 when absent."""
+    for line in httpx.get(f"{metrics}/metrics").text.splitlines():
         name, _, value = line.rpartition(" ")
         if name == sample:
             return float(value)
     return 0.0
 
 
-def test_metrics_count_every_accepted_event_at_once(settings: Settings, ingest_url: str) -> None:
-    """Accepted events are counted in memory and flushed in bulk; /metrics must still show them at once."""
+def test_metrics_count_every_accepted_event_within_a_few_seconds(settings: Settings, metered: Ingest) -> None:
+    """Accepted events are counted in memory and flushed in bulk every second; the loopback
+    metrics, summed over the workers by the server process, show them right after."""
     accepted, stored = 'tally_ingest_events_total{outcome="accepted"}', 'tally_ingest_stored_total{store="kafka"}'
-    before = counted(ingest_url, accepted), counted(ingest_url, stored)
+    before = counted(metered.metrics, accepted), counted(metered.metrics, stored)
     site = settings.sites[0].site_id
-    assert post(ingest_url, json.dumps([beacon(site), beacon(site)]).encode()).status_code == 202
-    assert post(ingest_url, json.dumps(beacon(site)).encode()).status_code == 202
-    assert (counted(ingest_url, accepted), counted(ingest_url, stored)) == (before[0] + 3, before[1] + 3)
+    assert post(metered.url, json.dumps([beacon(site), beacon(site)]).encode()).status_code == 202
+    assert post(metered.url, json.dumps(beacon(site)).encode()).status_code == 202
+    expected = (before[0] + 3, before[1] + 3)
+    wait_for(
+        lambda: (counted(metered.metrics, accepted), counted(metered.metrics, stored)) == expected, 5, "the counts"
+    )
+
+
+def test_a_clients_refusals_past_its_limit_are_counted_in_a_summary_dead_letter(
+    settings: Settings, supervisor: Supervisor, kafka: str
+) -> None:
+    """Whole dead letters up to ratelimit.client_refusals_per_minute; the rest are counted and
+    stored as one summary when the minute closes, or, as here, when ingest stops."""
+    limit, sent, ip = 3, 10, f"198.51.100.{uuid.uuid4().int % 250 + 1}"
+    refusing = start_ingest(supervisor, "ingest-refusals", {"TALLY_RATELIMIT__CLIENT_REFUSALS_PER_MINUTE": str(limit)})
+    marker = f"MARK-{uuid.uuid4().hex}"
+    headers = {"Content-Type": "text/plain", "X-Forwarded-For": ip}  # the loopback peer is a trusted proxy
+    try:
+        for _ in range(sent):
+            response = httpx.post(f"{refusing.url}/api/event", content=f'{{"{marker}": ', headers=headers, timeout=10)
+            assert response.status_code == 400
+    finally:
+        supervisor.stop("ingest-refusals")  # stopping stores the counts of the open minute
+    salt = bytes.fromhex((settings.home_dir / "salts" / f"{dt.datetime.now(dt.UTC).date()}.salt").read_text())
+    letters = dead_letters(settings)
+    whole = [d for d in letters if marker in (d.payload or "")]
+    summaries = [json.loads(d.payload or "") for d in letters if d.message.startswith("suppressed:")]
+    suppressed = sum(s["suppressed"] for s in summaries if s["client_hash"] == client_hash(salt, ip))
+    assert limit <= len(whole) < sent  # more than `limit` only if the requests straddled a minute
+    assert len(whole) + suppressed == sent, "every refusal is stored whole or counted"

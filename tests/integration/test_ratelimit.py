@@ -25,17 +25,20 @@ from tests.integration.conftest import wait_for
 from tests.integration.kafka_reader import read_topic
 
 LIMIT = 5
+METRICS: dict[str, str] = {}  # an ingest server's URL -> its metrics URL (on 127.0.0.1 only)
 
 
 @pytest.fixture(scope="module")
 def two_ingests(settings: Settings, supervisor: Supervisor, kafka: str) -> Iterator[list[str]]:
     urls = []
-    for name, port in zip(("ingest-a", "ingest-b"), free_ports(2), strict=True):
+    ports = free_ports(4)  # each server's public port, and its loopback metrics port
+    for name, port, metrics_port in zip(("ingest-a", "ingest-b"), ports[:2], ports[2:], strict=True):
         url = f"http://127.0.0.1:{port}"
+        METRICS[url] = f"http://127.0.0.1:{metrics_port}/metrics"
         supervisor.start(
             Service(
                 name,
-                [sys.executable, "-m", "ingest", "--port", str(port)],
+                [sys.executable, "-m", "ingest", "--port", str(port), "--metrics-port", str(metrics_port)],
                 port=port,
                 env={"TALLY_RATELIMIT__CLIENT_PAGEVIEWS_PER_HOUR": str(LIMIT)},
                 ready=functools.partial(http_ok, url + "/healthz"),
@@ -79,8 +82,19 @@ def test_a_client_over_its_hourly_page_views_gets_429_and_a_dead_letter(
     assert send(two_ingests[0], site, "203.0.113.51").status_code == 202  # another client is unaffected
     letters = [json.loads(v) for _, v in read_topic(settings.kafka.servers, settings.kafka.rejected_topic)]
     assert any(d["kind"] == "rate_limited" and d["status"] == 429 for d in letters)
-    metrics = httpx.get(two_ingests[0] + "/metrics").text
+    metrics = httpx.get(METRICS[two_ingests[0]]).text
     assert "tally_ingest_throttled_requests_total 1.0" in metrics
+
+
+def test_a_client_cannot_dodge_its_limit_with_a_forged_x_forwarded_for(
+    settings: Settings, two_ingests: list[str]
+) -> None:
+    """The loopback peer is a trusted proxy: it appended the client's address (the rightmost);
+    whatever the client wrote to the left of it changes nothing."""
+    site, ip = settings.sites[0].site_id, "203.0.113.52"
+    clear_of_the_hour()
+    statuses = [send(two_ingests[0], site, f"192.0.2.{n}, {ip}").status_code for n in range(LIMIT + 1)]
+    assert statuses == [202] * LIMIT + [429]
 
 
 def test_a_block_published_on_kafka_is_honoured_by_every_ingest_within_30_s(

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from starlette.requests import ClientDisconnect, Request
 
-from ingest.app import ONE_ACCEPTED_RESPONSE, TooLarge, client_ip, create_app, json_response, read_capped
+from ingest.app import ONE_ACCEPTED_RESPONSE, TooLarge, create_app, json_response, read_capped
 from ingest.pipeline import Outcome, Pipeline
+from ingest.proxies import ClientAddress
 from ingest.spool import Record
 from tally.settings import Settings, SiteSettings
 
@@ -55,9 +56,15 @@ def test_a_client_that_goes_away_mid_body_is_a_disconnect() -> None:
 
 
 def test_the_client_address_is_the_peer_unless_a_trusted_proxy_forwards_one() -> None:
-    assert client_ip(request([]), ("127.0.0.1",), "203.0.113.7") == "10.0.0.9"  # untrusted peer
-    assert client_ip(request([], ("127.0.0.1", 1)), ("127.0.0.1",), "203.0.113.7, 10.1.1.1") == "203.0.113.7"
-    assert client_ip(request([], None), ("127.0.0.1",), "") == ""
+    addresses = ClientAddress(trusted_proxies=("127.0.0.1",), header="x-forwarded-for")
+
+    def client_ip(peer: tuple[str, int] | None, forwarded: str) -> str:
+        headers = [(b"x-forwarded-for", forwarded.encode())]
+        return addresses.client_ip({"type": "http", "headers": headers, "client": peer})
+
+    assert client_ip(("10.0.0.9", 5000), "203.0.113.7") == "10.0.0.9"  # untrusted peer
+    assert client_ip(("127.0.0.1", 1), "10.1.1.1, 203.0.113.7") == "203.0.113.7"
+    assert client_ip(None, "") == ""
 
 
 def test_every_single_accept_gets_the_shared_response_and_its_own_header_list() -> None:
