@@ -1,6 +1,8 @@
 """Enrichment rules: beacon + request facts -> PageViewEvent. Pure: no network, no Kafka.
 
-Each rule is a small function so it can be unit-tested on its own.
+Each rule is a small function so it can be unit-tested on its own. What is kept of the page URL
+and referrer is in ``ingest.urls``; user agents are read in ``ingest.user_agents``; known
+referrers come from ``ingest.referrers``.
 """
 
 from __future__ import annotations
@@ -8,56 +10,44 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import parse_qs, urlsplit, urlunsplit
-
-from ua_parser import parse as parse_user_agent
 
 from ingest.beacon import Beacon, neutralise_formula
 from ingest.event_record import EventRecord
 from ingest.geo import country_of
+from ingest.referrers import known_referrer
+from ingest.urls import (
+    CLICK_ID_PARAMS,
+    UTM_PARAMS,
+    EnrichError,
+    PageUrl,
+    normalise_url,
+    split_url,
+    stored_referrer,
+)
+from ingest.user_agents import Agent, parse_agent
 from tally.schema import SCHEMA_VERSION, PageViewEvent
 
-SEARCH_ENGINES = {
-    "google": "Google",
-    "bing": "Bing",
-    "duckduckgo": "DuckDuckGo",
-    "yahoo": "Yahoo",
-    "yandex": "Yandex",
-    "baidu": "Baidu",
-    "ecosia": "Ecosia",
-    "qwant": "Qwant",
-}
-SOCIAL_NETWORKS = {
-    "facebook": "Facebook",
-    "t.co": "Twitter",
-    "twitter": "Twitter",
-    "x.com": "Twitter",
-    "linkedin": "LinkedIn",
-    "reddit": "Reddit",
-    "instagram": "Instagram",
-    "youtube": "YouTube",
-    "news.ycombinator": "Hacker News",
-    "mastodon": "Mastodon",
-}
-CLICK_ID_PARAMS = ("gclid", "fbclid", "msclkid", "ttclid", "twclid", "li_fat_id")
-BOT_MARKERS = (
-    "bot",
-    "crawl",
-    "spider",
-    "slurp",
-    "headless",
-    "lighthouse",
-    "phantomjs",
-    "python-requests",
-    "curl/",
-    "wget/",
-    "httpclient",
-    "scrapy",
-)
+__all__ = [
+    "Acquisition",
+    "Agent",
+    "Client",
+    "EnrichError",
+    "Page",
+    "PageUrl",
+    "RequestFacts",
+    "classify_referrer",
+    "client_hash",
+    "client_of",
+    "enrich",
+    "event_record",
+    "normalise_url",
+    "page_of",
+    "parse_agent",
+    "skew_corrected_time",
+    "visitor_id",
+]
 
-
-class EnrichError(ValueError):
-    """The beacon is well-formed but its content cannot be accepted (e.g. a non-http URL)."""
+PAID_MEDIA = ("cpc", "ppc", "paid", "paidsearch")
 
 
 @dataclass(frozen=True)
@@ -67,30 +57,6 @@ class RequestFacts:
     client_ip: str
     user_agent: str
     ts_received: int
-
-
-@dataclass(frozen=True)
-class PageUrl:
-    url: str
-    hostname: str
-    path: str
-    query: dict[str, str]
-
-
-@lru_cache(maxsize=16384)  # pages repeat: most beacons of a site share few URLs
-def normalise_url(url: str, *, hash_routing: bool = False) -> PageUrl:
-    """Keep http(s) URLs only; drop the fragment unless the site routes by hash.
-
-    The result is cached and shared: callers must not modify ``query``.
-    """
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EnrichError(f"url must be an absolute http(s) URL, got scheme {parts.scheme!r}")
-    fragment = parts.fragment if hash_routing else ""
-    path = (parts.path or "/") + (f"#{fragment}" if fragment else "")
-    query = {k: v[0] for k, v in parse_qs(parts.query).items() if v}
-    clean = urlunsplit((parts.scheme, parts.netloc.lower(), parts.path or "/", parts.query, fragment))
-    return PageUrl(clean, parts.hostname.lower(), neutralise_formula(path), query)
 
 
 def skew_corrected_time(ts_event: int, ts_sent: int, ts_received: int) -> int:
@@ -110,34 +76,6 @@ def client_hash(salt: bytes, client_ip: str) -> str:
 
 
 @dataclass(frozen=True)
-class Agent:
-    browser: str
-    os: str
-    device: str
-    is_bot: bool
-
-
-@lru_cache(maxsize=8192)
-def parse_agent(user_agent: str) -> Agent:
-    """Browser, OS, device class and bot flag from a user agent (cached: few distinct UAs)."""
-    lowered = user_agent.lower()
-    is_bot = not user_agent or any(marker in lowered for marker in BOT_MARKERS)
-    parsed = parse_user_agent(user_agent[:1000])
-    browser = parsed.user_agent.family if parsed.user_agent else "Other"
-    os_family = parsed.os.family if parsed.os else "Other"
-    device_family = parsed.device.family if parsed.device else "Other"
-    if device_family == "Spider":
-        is_bot = True
-    if "ipad" in lowered or "tablet" in lowered:
-        device = "tablet"
-    elif "mobi" in lowered or "iphone" in lowered or "android" in lowered:
-        device = "mobile"
-    else:
-        device = "desktop"
-    return Agent(browser, os_family, device, is_bot)
-
-
-@dataclass(frozen=True)
 class Acquisition:
     source: str | None
     medium: str | None
@@ -146,42 +84,37 @@ class Acquisition:
 
 
 def classify_referrer(referrer: str | None, page_host: str, query: dict[str, str]) -> Acquisition:
-    """Referrer and utm_* -> source / medium / channel, in the spirit of GA4's default channels."""
+    """Referrer and utm_* -> source / medium / channel, in the spirit of GA4's default channels.
+
+    Reads the full referrer (host and path): run it before the referrer is cut to what is stored.
+    A referrer's source and medium come from the referrer database (``ingest.referrers``).
+    """
     utm_source, utm_medium = query.get("utm_source"), query.get("utm_medium")
     campaign = query.get("utm_campaign")
     has_click_id = any(p in query for p in CLICK_ID_PARAMS)
-    ref_host = (urlsplit(referrer).hostname or "").lower() if referrer else ""
-    if ref_host.startswith("www."):
-        ref_host = ref_host[4:]
-    if ref_host == page_host.removeprefix("www."):
+    parts = split_url(referrer) if referrer else None
+    ref_host = (parts.hostname or "") if parts else ""  # urlsplit gives it in lower case
+    if ref_host.removeprefix("www.") == page_host.removeprefix("www."):
         ref_host = ""  # internal navigation is not a source
-    known = _known_name(ref_host, SEARCH_ENGINES) or _known_name(ref_host, SOCIAL_NETWORKS)
-    source = utm_source or known or ref_host or None
+    known = known_referrer(ref_host, parts.path if parts else "") if ref_host else None
+    kind = known.medium if known else None
+    source = utm_source or (known.source if known else None) or ref_host.removeprefix("www.") or None
     medium = utm_medium.lower() if utm_medium else None
-    if medium in ("cpc", "ppc", "paid", "paidsearch") or has_click_id:
+    if medium in PAID_MEDIA or has_click_id:
         channel = "Paid"
-    elif medium == "email":
-        channel = "Email"
-    elif _known_name(ref_host, SEARCH_ENGINES):
+    elif medium == "email" or kind == "email":
+        channel, medium = "Email", medium or "email"
+    elif kind == "search":
         channel, medium = "Organic Search", medium or "organic"
-    elif _known_name(ref_host, SOCIAL_NETWORKS) or medium == "social":
+    elif kind == "social" or medium == "social":
         channel, medium = "Social", medium or "social"
-    elif source:
+    elif kind == "paid":
+        channel, medium = "Paid", medium or "paid"
+    elif source:  # chatbots and sources of no known medium too
         channel, medium = "Referral", medium or "referral"
     else:
         channel = "Direct"
     return Acquisition(source and neutralise_formula(source), medium, channel, campaign)
-
-
-def _known_name(host: str, table: dict[str, str]) -> str | None:
-    """``www.google.co.uk`` -> "Google": a table entry matching a label, or a dotted prefix."""
-    if not host:
-        return None
-    labels = host.split(".")
-    for marker, name in table.items():
-        if marker in labels or host == marker or host.startswith(marker + "."):
-            return name
-    return None
 
 
 class Client:
@@ -219,25 +152,39 @@ class Page:
     """Everything an event's page URL and referrer say, worked out once per distinct pair."""
 
     url: PageUrl
+    referrer: str | None  # as stored: origin and path
     acquisition: Acquisition
     utm: tuple[str | None, ...]  # utm_source, utm_medium, utm_campaign, utm_term, utm_content
     click_id: str | None
 
 
 @lru_cache(maxsize=16384)
-def page_of(url: str, referrer: str | None, hash_routing: bool) -> Page:
-    """URL, referrer and utm_* -> :class:`Page` (cached: a site's events share few pages and referrers)."""
-    page = normalise_url(url, hash_routing=hash_routing)
+def page_of(url: str, referrer: str | None, hash_routing: bool, query_params: tuple[str, ...] = ()) -> Page:
+    """URL, referrer and utm_* -> :class:`Page` (cached: a site's events share few pages and referrers).
+
+    Source and channel are read from the full referrer; what is stored of it and of the URL is cut.
+    """
+    page = normalise_url(url, hash_routing=hash_routing, query_params=query_params)
     query = page.query
-    utm = tuple(query.get(f"utm_{part}") for part in ("source", "medium", "campaign", "term", "content"))
+    utm = tuple(query.get(name) for name in UTM_PARAMS)
     click_id = next((query[p] for p in CLICK_ID_PARAMS if p in query), None)
-    return Page(page, classify_referrer(referrer, page.hostname, query), utm, click_id)
+    acquisition = classify_referrer(referrer, page.hostname, query)
+    return Page(page, stored_referrer(referrer), acquisition, utm, click_id)
 
 
-def event_record(beacon: Beacon, client: Client, ts_received: int, *, hash_routing: bool = False) -> EventRecord:
-    """The stored event, from a validated beacon, the client that sent it and when it arrived."""
-    referrer = beacon.r or None
-    page = page_of(beacon.u, referrer, hash_routing)
+def event_record(
+    beacon: Beacon,
+    client: Client,
+    ts_received: int,
+    *,
+    hash_routing: bool = False,
+    query_params: tuple[str, ...] = (),
+) -> EventRecord:
+    """The stored event, from a validated beacon, the client that sent it and when it arrived.
+
+    ``hash_routing`` and ``query_params`` are the site's (``SiteSettings``).
+    """
+    page = page_of(beacon.u, beacon.r or None, hash_routing, query_params)
     url, acquisition, agent, utm = page.url, page.acquisition, client.agent, page.utm
     return EventRecord(  # positional, in schema order: several times cheaper than keywords
         beacon.id.lower(),  # event_id
@@ -247,7 +194,7 @@ def event_record(beacon: Beacon, client: Client, ts_received: int, *, hash_routi
         url.url,  # url
         url.hostname,  # hostname
         url.path,  # path
-        referrer,  # referrer
+        page.referrer,  # referrer
         beacon.ti,  # title
         beacon.te,  # ts_event
         beacon.ts,  # ts_sent
@@ -280,7 +227,15 @@ def event_record(beacon: Beacon, client: Client, ts_received: int, *, hash_routi
     )
 
 
-def enrich(beacon: Beacon, facts: RequestFacts, *, salt: bytes, hash_routing: bool = False) -> PageViewEvent:
+def enrich(
+    beacon: Beacon,
+    facts: RequestFacts,
+    *,
+    salt: bytes,
+    hash_routing: bool = False,
+    query_params: tuple[str, ...] = (),
+) -> PageViewEvent:
     """Build the stored event from a validated beacon and the request it came with."""
     client = Client(facts.client_ip, facts.user_agent, salt)
-    return event_record(beacon, client, facts.ts_received, hash_routing=hash_routing).event()
+    record = event_record(beacon, client, facts.ts_received, hash_routing=hash_routing, query_params=query_params)
+    return record.event()

@@ -1,4 +1,8 @@
-"""Search every byte Tally keeps at rest for client IP addresses: there must be none.
+"""Search every byte Tally keeps at rest for client IP addresses and planted strings: there must be none.
+
+The planted strings (*needles*) are what a test sent inside URLs and referrers and Tally must not
+keep: an e-mail address, a token. Each is searched as sent and percent-encoded (``a%40b.example``),
+wherever the IPs are searched in text.
 
 Where it looks, under a stack's home (Kafka log dirs, Delta files, Spark checkpoints, logs,
 spool, salts, everything):
@@ -27,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,12 +48,51 @@ DOTTED_QUAD = re.compile(rb"(?<![0-9.])(?:[0-9]{1,3}\.){3}[0-9]{1,3}(?![0-9])")
 
 @dataclass(frozen=True)
 class Match:
-    """One occurrence of a client IP: where, at which byte offset, and in which form."""
+    """One occurrence of a client IP or a needle: where, at which byte offset, and in which form."""
 
     where: str
     offset: int
-    ip: str
-    form: str  # "text", "packed-be" or "packed-le"
+    found: str  # the IP address or the needle
+    form: str  # "text", "packed-be", "packed-le", "integer"; of a needle: "needle" or "needle-percent-encoded"
+
+    @property
+    def ip(self) -> str:
+        """The IP address found (or the needle: see ``form``)."""
+        return self.found
+
+
+@dataclass(frozen=True)
+class Needles:
+    """Strings that must not be at rest, with the byte forms they could be stored in."""
+
+    forms: dict[bytes, tuple[str, str]] = field(default_factory=dict)  # bytes -> (needle, form)
+
+    @classmethod
+    def of(cls, needles: Iterable[str]) -> Needles:
+        """Each needle as sent (UTF-8) and percent-encoded, as a URL's query would carry it."""
+        forms: dict[bytes, tuple[str, str]] = {}
+        for needle in needles:
+            assert len(needle) >= 8, f"needle {needle!r} is too short to be told from chance text"
+            forms[quote(needle, safe="").encode()] = (needle, "needle-percent-encoded")
+            forms[needle.encode()] = (needle, "needle")
+        return cls(forms)
+
+    @property
+    def longest(self) -> int:
+        return max((len(form) for form in self.forms), default=0)
+
+    def find(self, data: bytes, where: str, *, base: int = 0) -> list[Match]:
+        """Every occurrence of every form in ``data``; offsets are ``base`` + position."""
+        found = []
+        for pattern, (needle, form) in self.forms.items():
+            at = data.find(pattern)
+            while at >= 0:
+                found.append(Match(where, base + at, needle, form))
+                at = data.find(pattern, at + 1)
+        return found
+
+
+NO_NEEDLES = Needles()
 
 
 @dataclass
@@ -93,9 +137,11 @@ def entropy(data: bytes) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
-def find_in_bytes(data: bytes, ips: set[str], where: str, *, base: int = 0) -> tuple[list[Match], list[Match]]:
-    """(leaks, chance matches) of ``ips`` in ``data``; offsets are ``base`` + position."""
-    leaks = [
+def find_in_bytes(
+    data: bytes, ips: set[str], where: str, *, base: int = 0, needles: Needles = NO_NEEDLES
+) -> tuple[list[Match], list[Match]]:
+    """(leaks, chance matches) of ``ips`` and ``needles`` in ``data``; offsets are ``base`` + position."""
+    leaks = needles.find(data, where, base=base) + [
         Match(where, base + m.start(), m.group().decode(), "text")
         for m in DOTTED_QUAD.finditer(data)
         if m.group().decode() in ips
@@ -127,8 +173,9 @@ def _head(path: Path) -> bytes:
         return f.read(len(LZ4_BLOCK_MAGIC))
 
 
-def scan_files(root: Path, ips: set[str], result: ScanResult) -> None:
+def scan_files(root: Path, ips: set[str], result: ScanResult, *, needles: Needles = NO_NEEDLES) -> None:
     """Every byte of every regular file under ``root``, in overlapping chunks."""
+    overlap = max(16, needles.longest)  # a match cut by a chunk boundary is whole in the next chunk
     for path in _files(root):
         result.files += 1
         lz4 = path.stat().st_size > len(LZ4_BLOCK_MAGIC) and _head(path) == LZ4_BLOCK_MAGIC
@@ -136,21 +183,22 @@ def scan_files(root: Path, ips: set[str], result: ScanResult) -> None:
             offset, tail = 0, b""
             while chunk := f.read(CHUNK):
                 data = tail + chunk
-                leaks, chance = find_in_bytes(data, ips, str(path), base=offset - len(tail))
+                leaks, chance = find_in_bytes(data, ips, str(path), base=offset - len(tail), needles=needles)
                 if lz4:  # LZ4 leaves hex text as literals beside binary tokens ("fd3" + 0xc6 packs 198.51.100.102):
                     # a packed form in the compressed bytes is chance; the decompressed search below is the test.
-                    chance += [m for m in leaks if m.form != "text"]
-                    leaks = [m for m in leaks if m.form == "text"]
-                result.leaks += [m for m in leaks if m.offset + 16 > offset]  # not twice in the overlap
-                result.chance += [m for m in chance if m.offset + 16 > offset]
+                    chance += [m for m in leaks if m.form.startswith("packed")]
+                    leaks = [m for m in leaks if not m.form.startswith("packed")]
+                result.leaks += [m for m in leaks if m.offset + overlap > offset]  # not twice in the overlap
+                result.chance += [m for m in chance if m.offset + overlap > offset]
                 result.bytes_scanned += len(chunk)
                 offset += len(chunk)
-                tail = data[-16:]
+                tail = data[-overlap:]
         if path.suffix == ".parquet":
-            scan_parquet(path, ips, result)
+            scan_parquet(path, ips, result, needles=needles)
         elif lz4:
             result.decompressed_state_files += 1
-            _add(result, *find_in_bytes(decompress_lz4_blocks(path.read_bytes()), ips, f"{path} (decompressed)"))
+            decompressed = decompress_lz4_blocks(path.read_bytes())
+            _add(result, *find_in_bytes(decompressed, ips, f"{path} (decompressed)", needles=needles))
 
 
 def _leaves(array: pa.Array) -> Iterator[pa.Array]:
@@ -170,12 +218,25 @@ def _leaves(array: pa.Array) -> Iterator[pa.Array]:
         yield array
 
 
-def scan_parquet(path: Path, ips: set[str], result: ScanResult) -> None:
+def _text_leaks(values: pa.Array, ips: set[str], needles: Needles, where: str) -> list[Match]:
+    """IPs (not inside a longer number) and needles in a column of strings, searched vectorised."""
+    found: list[Match] = []
+    if ips:
+        text = "|".join(re.escape(ip) for ip in sorted(ips))
+        pattern = f"(^|[^0-9.])({text})($|[^0-9])"
+        hits = pc.match_substring_regex(values, pattern).to_pylist()
+        matched = [values[i].as_py() for i, hit in enumerate(hits) if hit]
+        found += [Match(where, 0, m.group(2), "text") for v in matched if (m := re.search(pattern, v))]
+    for form, (needle, kind) in needles.forms.items():
+        hits = pc.match_substring(values, form.decode()).to_pylist()
+        found += [Match(f"{where} row {i}", 0, needle, kind) for i, hit in enumerate(hits) if hit]
+    return found
+
+
+def scan_parquet(path: Path, ips: set[str], result: ScanResult, *, needles: Needles = NO_NEEDLES) -> None:
     """Every value of a Parquet file, decoded: text searched (vectorised), bytes searched, integers compared."""
     as_ints = {int(ipaddress.IPv4Address(ip)): ip for ip in ips}
     as_ints |= {int.from_bytes(ipaddress.IPv4Address(ip).packed, "little"): ip for ip in ips}
-    text = "|".join(re.escape(ip) for ip in sorted(ips))
-    pattern = f"(^|[^0-9.])({text})($|[^0-9])"
     table = pq.read_table(path)
     for column in table.column_names:
         for values in _leaves(table.column(column)):
@@ -183,21 +244,21 @@ def scan_parquet(path: Path, ips: set[str], result: ScanResult) -> None:
             where = f"{path} column {column}"
             kind = values.type
             if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-                hits = pc.match_substring_regex(values, pattern).to_pylist()
-                found = [values[i].as_py() for i, hit in enumerate(hits) if hit]
-                result.leaks += [Match(where, 0, m.group(2), "text") for v in found if (m := re.search(pattern, v))]
+                result.leaks += _text_leaks(values, ips, needles, where)
             elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
                 for row, item in enumerate(values.to_pylist()):
-                    if item:
-                        _add(result, *find_in_bytes(item, ips, f"{where} row {row}"))  # sketches: high-entropy bytes
-            elif pa.types.is_integer(kind):
+                    if item:  # sketches: high-entropy bytes
+                        _add(result, *find_in_bytes(item, ips, f"{where} row {row}", needles=needles))
+            elif pa.types.is_integer(kind) and as_ints:
                 in_set = pc.is_in(values, value_set=pa.array(sorted(as_ints), type=pa.int64()))
                 for row, hit in enumerate(in_set.to_pylist()):
                     if hit:
                         result.leaks.append(Match(f"{where} row {row}", 0, as_ints[values[row].as_py()], "integer"))
 
 
-def scan_kafka(servers: str, ips: set[str], result: ScanResult, timeout: float = 60.0) -> None:
+def scan_kafka(
+    servers: str, ips: set[str], result: ScanResult, timeout: float = 60.0, *, needles: Needles = NO_NEEDLES
+) -> None:
     """Every record (key, value, headers) of every topic, as a consumer receives it: decompressed."""
     consumer = Consumer(
         {
@@ -233,7 +294,8 @@ def scan_kafka(servers: str, ips: set[str], result: ScanResult, timeout: float =
                 pairs = headers.items() if isinstance(headers, dict) else headers
                 parts += [v.encode() if isinstance(v, str) else v or b"" for _name, v in pairs]
                 for part in parts:
-                    _add(result, *find_in_bytes(part, ips, f"kafka {key[0]}/{key[1]}@{msg.offset()}"))
+                    where = f"kafka {key[0]}/{key[1]}@{msg.offset()}"
+                    _add(result, *find_in_bytes(part, ips, where, needles=needles))
                 if (msg.offset() or 0) + 1 >= ends[key][1]:
                     pending.discard(key)
         assert not pending, f"could not read {sorted(pending)} to the end within {timeout:.0f}s"
@@ -241,11 +303,19 @@ def scan_kafka(servers: str, ips: set[str], result: ScanResult, timeout: float =
         consumer.close()
 
 
-def scan_at_rest(home: Path, ips: set[str], kafka_servers: str | None, *, kafka_timeout: float = 60.0) -> ScanResult:
+def scan_at_rest(
+    home: Path,
+    ips: set[str],
+    kafka_servers: str | None,
+    *,
+    kafka_timeout: float = 60.0,
+    needles: Iterable[str] = (),
+) -> ScanResult:
     """Search everything under ``home`` (and the topics of a running broker, read to the end
-    within ``kafka_timeout`` seconds) for ``ips``."""
+    within ``kafka_timeout`` seconds) for ``ips`` and ``needles``."""
     result = ScanResult()
-    scan_files(home, ips, result)
+    planted = Needles.of(needles)
+    scan_files(home, ips, result, needles=planted)
     if kafka_servers:
-        scan_kafka(kafka_servers, ips, result, timeout=kafka_timeout)
+        scan_kafka(kafka_servers, ips, result, timeout=kafka_timeout, needles=planted)
     return result

@@ -5,7 +5,10 @@ One thread sends page views (and some custom events) at a fixed rate. A request 
 ``event_id``, until ingest answers; so an event whose first attempt was in fact stored can reach
 Kafka twice, which the archiver and the views must deduplicate. A 202 is a promise: that event
 must never be lost. Client addresses come from a small, known set of documentation IPs sent as
-``X-Forwarded-For`` (ingest trusts it from loopback), so the leak scan can look for them.
+``X-Forwarded-For`` (ingest trusts it from loopback), so the leak scan can look for them. Some
+page URLs and referrers carry planted secrets (``tests.faults.payloads.PLANTED``: an e-mail
+address and a token, in the query, the fragment and ``user:password@``) that ingest must not keep,
+so the leak scan looks for those too.
 
 Every ``resend_every``-th accepted event is sent once more, as a browser does when the answer to
 a request that was in fact stored got lost: each run has events that reach Kafka twice.
@@ -20,6 +23,8 @@ import uuid
 from dataclasses import dataclass, field
 
 import httpx
+
+from tests.faults.payloads import referrer_with_secrets, url_with_secrets
 
 # TEST-NET-2 addresses (RFC 5737). Their packed bytes (C6 33 64 xx) hardly occur in text or
 # in the small integers of binary formats, which keeps chance matches of the packed form rare.
@@ -90,6 +95,8 @@ class SteadyLoad:
             body.update(k="event", n="signup", p={"plan": "pro"})
         elif i % 7 == 0:
             body["r"] = "https://www.google.com/search?q=tally"
+        elif i % 5 == 1:  # secrets in the URL and referrer, which must not be stored (payloads.PLANTED)
+            body.update(u=url_with_secrets(self.site, f"/faults/p{i % 25}"), r=referrer_with_secrets())
         ip = CLIENT_IPS[i % len(CLIENT_IPS)]
         headers = {
             "Content-Type": "text/plain",

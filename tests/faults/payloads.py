@@ -16,6 +16,32 @@ from typing import Any
 from hypothesis import strategies as st
 
 SITE = "demo.tally.local"
+
+# Secrets a visitor's URLs carry, which ingest must not keep (it stores the allowed query
+# parameters only, no userinfo, and a referrer's origin and path). The fault tests' load sends
+# them in page URLs and referrers, and the leak scan must find neither at rest. Lower case, so
+# that no lower-casing on the way can hide a copy from the scan.
+PLANTED_EMAIL = "planted.visitor@leak-test.example"
+PLANTED_TOKEN = "tk-planted-3f9a1c07e5b2d846"
+PLANTED = (PLANTED_EMAIL, PLANTED_TOKEN)
+
+
+def url_with_secrets(site: str, path: str) -> str:
+    """A page URL carrying both secrets: as ``user:password@`` and in the query, as a form
+    (``@`` as is) and as ``encodeURIComponent`` (``%40``) send them, beside an allowed utm_source."""
+    encoded = PLANTED_EMAIL.replace("@", "%40")
+    return (
+        f"https://visitor:{PLANTED_TOKEN}@{site}{path}"
+        f"?email={PLANTED_EMAIL}&utm_source=load&token={PLANTED_TOKEN}&to={encoded}#access_token={PLANTED_TOKEN}"
+    )
+
+
+def referrer_with_secrets() -> str:
+    """A referrer carrying both secrets: a webmail page's query and fragment, and userinfo."""
+    userinfo = f"{PLANTED_EMAIL.replace('@', '%40')}:{PLANTED_TOKEN}"
+    return f"https://{userinfo}@webmail.example/read?to={PLANTED_EMAIL}#{PLANTED_TOKEN}"
+
+
 OTHER_SITES = ("unknown.example", "limited.tally.test", "", "DEMO.TALLY.LOCAL")
 WIRE_KEYS = ("v", "id", "k", "n", "s", "u", "r", "ti", "te", "ts", "w", "l", "z", "p", "e", "ld")
 CONTENT_TYPES = ("text/plain", "application/json", "text/plain;charset=UTF-8", "", "application/xml", "multipart/x")

@@ -3,7 +3,8 @@
 Every test runs a private stack (broker, ingest with two workers, archiver, streaming views),
 sends steady load over HTTP (failed requests retried with the same event_id), does its fault,
 then drains and compares the accepted events with Kafka, raw and the views, runs
-``tally audit`` (exit 0), and searches every byte at rest for the client IPs (0 found).
+``tally audit`` (exit 0), and searches every byte at rest for the client IPs and for the secrets
+the load planted in URLs and referrers (0 found).
 The short versions run in CI; the full-length ones are marked ``long`` (``make test-faults``).
 """
 
@@ -21,8 +22,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from quality.leaks import ScanResult, scan_files, scan_kafka
+from quality.leaks import Needles, ScanResult, scan_files, scan_kafka
 from tests.faults.load import SteadyLoad
+from tests.faults.payloads import PLANTED
 from tests.faults.reconcile import assert_nothing_lost_or_doubled, drain, eventually, raw_ids, reconcile
 from tests.faults.stack import FaultStack, fault_stack
 from tests.integration.conftest import wait_for
@@ -43,8 +45,8 @@ LONG = Timing(before=60, after=60, outage=30, drain=900)
 
 
 def finish(stack: FaultStack, load: SteadyLoad, timing: Timing) -> tuple[set[str], ScanResult]:
-    """Stop the load, drain, reconcile (asserting 0 lost, 0 doubled, audit clean) and read
-    every Kafka record for the client IPs; the caller scans the files once the stack is down."""
+    """Stop the load, drain, reconcile (asserting 0 lost, 0 doubled, audit clean) and read every
+    Kafka record for the client IPs and planted secrets; the caller scans the files once the stack is down."""
     report = load.stop()
     drain(stack, report, timing.drain)
     result = reconcile(stack, report)
@@ -54,30 +56,36 @@ def finish(stack: FaultStack, load: SteadyLoad, timing: Timing) -> tuple[set[str
     )
     assert_nothing_lost_or_doubled(result, report)
     scan = ScanResult()
-    scan_kafka(stack.settings.kafka.servers, report.client_ips, scan)
+    scan_kafka(stack.settings.kafka.servers, report.client_ips, scan, needles=Needles.of(PLANTED))
     return report.client_ips, scan
 
 
 def assert_the_kafka_scan_finds_a_planted_ip(servers: str) -> None:
-    """The decoded Kafka search can fail: an address inside lz4-compressed records is found."""
-    probe, topic = "198.51.100.99", "leak-probe"
+    """The decoded Kafka search can fail: an address and a needle inside lz4-compressed records are found.
+
+    The probe's needle is not one of PLANTED: the file scan that follows must still find 0 of those.
+    """
+    probe, needle, topic = "198.51.100.99", "probe-needle-5d0c2e@leak-test.example", "leak-probe"
     admin = AdminClient({"bootstrap.servers": servers})  # kept alive until the topic exists
     for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
         future.result(30)
     producer = Producer({"bootstrap.servers": servers, "compression.type": "lz4", "linger.ms": 100})
     for i in range(50):
-        producer.produce(topic, value=json.dumps({"n": i, "client": probe}).encode())
+        producer.produce(topic, value=json.dumps({"n": i, "client": probe, "url": f"/?to={needle}"}).encode())
     assert producer.flush(30) == 0
     found = ScanResult()
-    scan_kafka(servers, {probe}, found)
-    assert len([m for m in found.leaks if m.where.startswith(f"kafka {topic}/")]) == 50, found.leaks[:3]
+    scan_kafka(servers, {probe}, found, needles=Needles.of([needle]))
+    in_probe = [m for m in found.leaks if m.where.startswith(f"kafka {topic}/")]
+    assert sorted({(m.found, m.form) for m in in_probe}) == [(needle, "needle"), (probe, "text")], in_probe[:3]
+    assert len(in_probe) == 100, in_probe[:3]
 
 
 def assert_no_ip_at_rest(home: Path, ips: set[str], scan: ScanResult) -> None:
-    scan_files(home, ips, scan)
+    """No client IP, and none of the secrets the load planted in URLs and referrers, anywhere under ``home``."""
+    scan_files(home, ips, scan, needles=Needles.of(PLANTED))
     print(f"leak scan of {home}: {scan.summary()} (about {scan.expected_chance(len(ips)):.3f} expected by chance)")
     assert scan.files > 0 and scan.kafka_records > 0, "the scan read nothing: wrong home?"
-    assert not scan.leaks, f"client IPs at rest: {scan.leaks[:10]}"
+    assert not scan.leaks, f"client IPs or planted secrets at rest: {scan.leaks[:10]}"
 
 
 def kill_the_archiver_three_times(stack: FaultStack, load: SteadyLoad, timing: Timing) -> None:

@@ -1,0 +1,83 @@
+"""The leak scanner finds a planted string (a needle) wherever it finds an IP, so its 0 means something.
+
+The fault tests plant an e-mail address and a token in URLs and referrers
+(``tests.faults.payloads.PLANTED``) and demand that none is found at rest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from quality import leaks
+from quality.leaks import Needles, ScanResult, scan_at_rest, scan_files
+from quality.lz4block import LZ4_BLOCK_MAGIC
+from tests.faults.payloads import PLANTED, PLANTED_EMAIL, PLANTED_TOKEN
+
+IP = "198.51.100.23"
+
+
+def scan(root: Path, needles: tuple[str, ...] = PLANTED) -> ScanResult:
+    result = ScanResult()
+    scan_files(root, {IP}, result, needles=Needles.of(needles))
+    return result
+
+
+def found(result: ScanResult) -> set[tuple[str, str, str]]:
+    return {(Path(m.where.split(" ")[0]).name, m.found, m.form) for m in result.leaks}
+
+
+def test_a_planted_email_and_token_in_a_log_line_are_found_as_sent_and_percent_encoded(tmp_path: Path) -> None:
+    encoded = PLANTED_EMAIL.replace("@", "%40")
+    (tmp_path / "ingest.log").write_text(f"GET /p?to={encoded}&t={PLANTED_TOKEN}\nuser {PLANTED_EMAIL}\n")
+    (tmp_path / "clean.log").write_text("GET /p?utm_source=news\n")
+    assert found(scan(tmp_path)) == {
+        ("ingest.log", PLANTED_EMAIL, "needle-percent-encoded"),
+        ("ingest.log", PLANTED_TOKEN, "needle"),
+        ("ingest.log", PLANTED_EMAIL, "needle"),
+    }
+
+
+def test_a_planted_string_in_a_parquet_file_is_found_in_its_decoded_values(tmp_path: Path) -> None:
+    urls = [f"https://a.example/p{i}" for i in range(99)] + [f"https://a.example/p?token={PLANTED_TOKEN}"]
+    table = pa.table({"url": urls, "referrer": [None] * 99 + [f"https://mail.example/?to={PLANTED_EMAIL}"]})
+    pq.write_table(table, tmp_path / "part-0.parquet", compression="zstd")
+    result = scan(tmp_path)
+    decoded = {(m.found, m.where.rsplit(" ", 3)[1]) for m in result.leaks if "column" in m.where}
+    assert decoded == {(PLANTED_TOKEN, "url"), (PLANTED_EMAIL, "referrer")}
+
+
+def test_a_planted_string_in_an_lz4_compressed_spark_state_file_is_found(tmp_path: Path) -> None:
+    # One LZ4 block: the literals "3f9a1c07|tk-planted-", a match copying "3f9a1c07" from 20 bytes
+    # back, then the literals "e5b2d846": the token is whole only once decompressed.
+    assert PLANTED_TOKEN == "tk-planted-3f9a1c07e5b2d846"
+    first, last = b"3f9a1c07|tk-planted-", b"e5b2d846"
+    block = bytes([0xF4, len(first) - 15]) + first + len(first).to_bytes(2, "little") + bytes([len(last) << 4]) + last
+    original = len(first) + 8 + len(last)
+    header = LZ4_BLOCK_MAGIC + bytes([0x20]) + len(block).to_bytes(4, "little") + original.to_bytes(4, "little")
+    (tmp_path / "1.delta").write_bytes(header + bytes(4) + block + LZ4_BLOCK_MAGIC + bytes([0x10]) + bytes(12))
+    assert PLANTED_TOKEN.encode() not in (tmp_path / "1.delta").read_bytes()
+    result = scan(tmp_path)
+    assert result.decompressed_state_files == 1
+    assert [(m.where.endswith("(decompressed)"), m.found) for m in result.leaks] == [(True, PLANTED_TOKEN)]
+
+
+def test_a_planted_string_across_two_read_chunks_is_found_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(leaks, "CHUNK", 64)
+    (tmp_path / "big.log").write_bytes(b"x" * 50 + PLANTED_EMAIL.encode() + b"y" * 200)
+    result = scan(tmp_path)
+    assert [(m.offset, m.found) for m in result.leaks] == [(50, PLANTED_EMAIL)]
+
+
+def test_scan_at_rest_searches_the_files_for_the_needles_it_is_given(tmp_path: Path) -> None:
+    (tmp_path / "spool.bin").write_bytes(b"\0" * 10 + f'{{"url":"https://a.example/?t={PLANTED_TOKEN}"}}'.encode())
+    assert [m.found for m in scan_at_rest(tmp_path, {IP}, None, needles=PLANTED).leaks] == [PLANTED_TOKEN]
+    assert scan_at_rest(tmp_path, {IP}, None).leaks == []
+
+
+def test_a_needle_too_short_to_mean_anything_is_refused() -> None:
+    with pytest.raises(AssertionError, match="too short"):
+        Needles.of(["a@b.c"])
