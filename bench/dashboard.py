@@ -135,7 +135,7 @@ def page_render(settings: Settings, days: int, last: dt.date) -> Callable[[], An
         from tally.settings import load_settings
 
         view = {"site": site, "range": "custom", "from": start, "to": end}
-        show(load_settings(), [site], view, read_only=False)
+        show(load_settings(), [site], view, read_only=False, every_site=True)
 
     first = (last - dt.timedelta(days=days - 1)).isoformat()
     app = AppTest.from_function(script, args=(SITE, first, last.isoformat()), default_timeout=600)

@@ -24,5 +24,5 @@ if not sites:
     st.stop()
 params = effective_query(viewer, st.query_params.to_dict())
 check_site(viewer, params.get("site", sites[0]))
-view = show(settings, sites, params, read_only=viewer.read_only)
+view = show(settings, sites, params, read_only=viewer.read_only, every_site=viewer.sees_every_site)
 share_view_button(viewer, settings, to_query(view))

@@ -1,25 +1,21 @@
-"""Who may see which site: password hashes, dashboard users, the viewer of a page, login throttling.
+"""Who may see which site: dashboard users, the viewer of a page, sessions.
 
-Pure logic, no Streamlit: ``dashboard/login.py`` is the page's gate and ``dashboard/share_links.py``
-the signed share links. Users come from ``dashboard.users`` in the config plus the file that
-``tally user`` manages (``<home>/dashboard/users.yaml``, mode 0600); a config user wins over a
-file user of the same name. Passwords are stored only as scrypt hashes (standard library).
+Pure logic, no Streamlit: ``dashboard/login.py`` is the page's gate, ``dashboard/share_links.py``
+the signed share links, ``dashboard/passwords.py`` the password hashes and
+``dashboard/throttle.py`` the login throttle. Users come from ``dashboard.users`` in the config
+plus the file that ``tally user`` manages (``<home>/dashboard/users.yaml``, mode 0600); a config
+user wins over a file user of the same name. Passwords are stored only as scrypt hashes.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import dataclasses
 import fcntl
-import functools
 import hashlib
-import hmac
 import logging
 import os
 import re
 import secrets
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,68 +24,15 @@ from typing import Any, Literal
 
 import yaml
 
+from dashboard.passwords import hash_password, needs_rehash
 from tally.settings import DashboardUser, Settings, SettingsError
 
 log = logging.getLogger("tally.dashboard.auth")
 
-SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1  # 16 MiB and ~50 ms per check: costly to guess offline
-_SCRYPT_MAX_MEMORY = 64 * 1024 * 1024  # refuse stored parameters that would cost more than this per check
 USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 EVERY_SITE = "*"
 ADMIN = "admin"
 Login = Literal["password", "oidc", "share"]
-
-
-def b64_url(raw: bytes) -> str:
-    """URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def unb64_url(text: str) -> bytes:
-    """The bytes of :func:`b64_url` text; raises binascii.Error or ValueError on bad input."""
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def hash_password(password: str) -> str:
-    """A self-describing scrypt hash: ``scrypt$n$r$p$salt$hash`` (URL-safe base64, random 16-byte salt)."""
-    salt = secrets.token_bytes(16)
-    digest = hashlib.scrypt(
-        password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, maxmem=_SCRYPT_MAX_MEMORY, dklen=32
-    )
-    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${b64_url(salt)}${b64_url(digest)}"
-
-
-def verify_password(password: str, stored: str) -> bool:
-    """True if ``password`` matches ``stored``; a malformed or unaffordable stored hash is False, never an error."""
-    try:
-        scheme, n_text, r_text, p_text, salt_text, digest_text = stored.strip().split("$")
-        n, r, p = int(n_text), int(r_text), int(p_text)
-        salt, expected = unb64_url(salt_text), unb64_url(digest_text)
-    except (ValueError, binascii.Error):
-        return False
-    affordable = n > 1 and n & (n - 1) == 0 and 1 <= r <= 32 and 1 <= p <= 16 and 128 * n * r <= _SCRYPT_MAX_MEMORY
-    if scheme != "scrypt" or not affordable or not salt or len(expected) < 16:
-        return False
-    try:
-        actual = hashlib.scrypt(
-            password.encode(), salt=salt, n=n, r=r, p=p, maxmem=2 * _SCRYPT_MAX_MEMORY, dklen=len(expected)
-        )
-    except (ValueError, MemoryError):
-        return False
-    return hmac.compare_digest(actual, expected)
-
-
-@functools.cache
-def _decoy_hash() -> str:
-    return hash_password(secrets.token_urlsafe(16))
-
-
-def authenticate(users: Mapping[str, DashboardUser], name: str, password: str) -> DashboardUser | None:
-    """The user if name and password match; None otherwise, after the same work either way (no enumeration)."""
-    user = users.get(name)
-    stored = user.password_hash if user and user.password_hash else _decoy_hash()
-    matches = verify_password(password, stored)
-    return user if user is not None and user.password_hash and matches else None
 
 
 # --- files under <home>/dashboard ------------------------------------------------------------
@@ -193,9 +136,41 @@ def load_users(settings: Settings) -> dict[str, DashboardUser]:
     return users
 
 
-def user_for_email(users: Iterable[DashboardUser], email: object, *, verified: object = None) -> DashboardUser | None:
-    """The one user whose ``email`` is the identity provider's (case-insensitive); None if unverified or ambiguous."""
-    if not isinstance(email, str) or not email.strip() or verified is False:
+def upgrade_password_hash(settings: Settings, user: DashboardUser, password: str) -> DashboardUser:
+    """After a successful password login: the user with a hash at today's cost, saved in ``users.yaml``.
+
+    Unchanged when the hash is current; when the user is defined in the config (which Tally does
+    not rewrite: the log says to replace it with ``tally user hash``); or when the file's entry
+    changed meanwhile. A new hash ends the user's other open sessions once (the session
+    fingerprint follows the hash).
+    """
+    cost = settings.dashboard.password_scrypt_n
+    if not needs_rehash(user.password_hash, n=cost):
+        return user
+    if any(u.name == user.name for u in settings.dashboard.users):
+        log.warning(
+            "config user has an old password hash",
+            extra={"fields": {"user": user.name, "fix": "replace its password_hash with `tally user hash`"}},
+        )
+        return user
+    new_hash = hash_password(password, n=cost)
+    with state_lock(settings):
+        users = read_file_users(settings)
+        if not any(u.name == user.name and u.password_hash == user.password_hash for u in users):
+            return user  # removed or changed since this login read it: keep what is there
+        upgraded = [dataclasses.replace(u, password_hash=new_hash) if u.name == user.name else u for u in users]
+        write_file_users(settings, upgraded)
+    log.info("password hash upgraded", extra={"fields": {"user": user.name, "scrypt_n": cost}})
+    return dataclasses.replace(user, password_hash=new_hash)
+
+
+def user_for_email(users: Iterable[DashboardUser], email: object, *, verified: object) -> DashboardUser | None:
+    """The one user whose ``email`` is the identity provider's (case-insensitive); None if ambiguous or unverified.
+
+    ``verified`` is the provider's ``email_verified`` claim: it must be ``true``. A provider that
+    leaves it out may hand out addresses it never checked, so a missing claim is refused too.
+    """
+    if verified is not True or not isinstance(email, str) or not email.strip():
         return None
     wanted = email.strip().casefold()
     found = [u for u in users if u.email and u.email.strip().casefold() == wanted]
@@ -233,6 +208,11 @@ class Viewer:
     def may_see(self, site_id: str) -> bool:
         """True if this viewer may see the site (it must be configured and granted)."""
         return site_id in self.configured_sites and (self.sites is None or site_id in self.sites)
+
+    @property
+    def sees_every_site(self) -> bool:
+        """True for a ``["*"]`` grant: only such a viewer sees figures about the whole instance."""
+        return self.sites is None
 
 
 def configured_sites(settings: Settings) -> frozenset[str]:
@@ -283,36 +263,3 @@ def session_user(
     if not 0 <= now - since <= minutes * 60 or record.get("fingerprint") != password_fingerprint(user):
         return None
     return user
-
-
-class LoginThrottle:
-    """Failed logins per user name (existing or not, so it reveals nothing) in a sliding window.
-
-    Shared by every browser session of the dashboard process: reloading the page does not
-    reset it. It bounds guessing at ``max_failures`` per name per window.
-    """
-
-    def __init__(self, *, max_failures: int = 10, window_seconds: float = 900.0, max_names: int = 10_000) -> None:
-        self.max_failures, self.window_seconds, self.max_names = max_failures, window_seconds, max_names
-        self._failures: OrderedDict[str, list[float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def blocked_for(self, name: str, now: float) -> float:
-        """Seconds until this name may try again; 0 when it may try now."""
-        with self._lock:
-            recent = [t for t in self._failures.get(name[:64], []) if now - t < self.window_seconds]
-            if len(recent) < self.max_failures:
-                return 0.0
-            return recent[-self.max_failures] + self.window_seconds - now
-
-    def failed(self, name: str, now: float) -> None:
-        with self._lock:
-            key = name[:64]
-            recent = [t for t in self._failures.pop(key, []) if now - t < self.window_seconds]
-            self._failures[key] = [*recent, now][-self.max_failures :]
-            while len(self._failures) > self.max_names:  # names are attacker-chosen: bound the memory
-                self._failures.popitem(last=False)
-
-    def succeeded(self, name: str) -> None:
-        with self._lock:
-            self._failures.pop(name[:64], None)

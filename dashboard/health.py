@@ -1,9 +1,13 @@
-"""The data-health panel's reads: freshness, archive lag, late events, quality and audit results."""
+"""The data-health panel's reads: freshness, archive lag, late events, quality and audit results.
+
+Only freshness and a one-site audit are figures of one site. Archive lag, late events and the
+quality suites' results are counted over every site at once (the tables hold every site's rows),
+and so is an all-site audit: the page shows those only to viewers granted every site.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow.compute as pc
@@ -13,15 +17,6 @@ from tally.settings import Settings
 from tally.storage import archived_offset, read_frame
 from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_RESULTS_SCHEMA
 from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_RESULTS, TRAFFIC_1M
-
-
-@dataclass(frozen=True)
-class Health:
-    last_window_end: dt.datetime | None  # newest 1-minute window with data for the site
-    archive_lag: int | None  # messages in Kafka not yet in raw; None = broker unreachable
-    late_events: int  # events dropped by the streaming views as late, in the range (a backfill adds them)
-    checks: pd.DataFrame  # newest result per table and check: table, partition, check, success
-    audit: pd.DataFrame  # the newest audit run's comparisons
 
 
 def last_window_end(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetime | None:
@@ -39,7 +34,7 @@ def last_window_end(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetim
 
 
 def late_events(agg: Aggregates, days: Range) -> int:
-    """Late events recorded by every streaming query over the range (not per site: the job counts them)."""
+    """Late events recorded by every streaming query over the range, of every site (Spark counts them per query)."""
     dataset = agg.dataset(LATE_EVENTS.table)
     if dataset is None:
         return 0
@@ -76,6 +71,7 @@ def archive_lag_total(settings: Settings, *, probe_timeout: float = 2.0, timeout
 
 
 def latest_checks(settings: Settings) -> pd.DataFrame:
+    """The newest result per table, partition and check (every site's rows), failures first."""
     results = read_frame(settings, QUALITY_RESULTS, QUALITY_RESULTS_SCHEMA)
     if results.empty:
         return pd.DataFrame(columns=["table_name", "partition_date", "check", "success", "checked_at"])
@@ -84,11 +80,21 @@ def latest_checks(settings: Settings) -> pd.DataFrame:
     return failing_first[["table_name", "partition_date", "check", "success", "checked_at"]].reset_index(drop=True)
 
 
-def latest_audit(settings: Settings, site_id: str) -> pd.DataFrame:
+AUDIT_COLUMNS = ["audited_at", "partition_date", "check", "subject", "expected", "actual", "success"]
+
+
+def latest_audit(settings: Settings, site_id: str, *, every_site: bool) -> pd.DataFrame:
+    """The comparisons of the newest audit run that covers ``site_id``, failures first.
+
+    A viewer of one site (``every_site`` False) gets only runs of that site (``tally audit --site``)
+    and no ``message`` column: a message can name whole-instance figures (archive lag, late rows of
+    every site). A viewer of every site also gets all-site runs, with their messages.
+    """
+    columns = [*AUDIT_COLUMNS, "message"] if every_site else AUDIT_COLUMNS
     audits = read_frame(settings, QUALITY_AUDITS, QUALITY_AUDITS_SCHEMA)
-    if audits.empty:
-        return pd.DataFrame(columns=["audited_at", "check", "subject", "expected", "actual", "success", "message"])
-    newest = audits[audits["run_id"] == audits.sort_values("audited_at")["run_id"].iloc[-1]]
-    mine = newest[(newest["site_id"] == site_id) | newest["site_id"].isna() | (newest["site_id"] == "")]
-    columns = ["audited_at", "partition_date", "check", "subject", "expected", "actual", "success", "message"]
-    return mine.sort_values(["success", "check"])[columns].reset_index(drop=True)
+    all_sites = audits["site_id"].isna() | (audits["site_id"] == "")
+    relevant = audits[(audits["site_id"] == site_id) | (all_sites & every_site)]
+    if relevant.empty:
+        return pd.DataFrame(columns=columns)
+    newest = relevant[relevant["run_id"] == relevant.sort_values("audited_at")["run_id"].iloc[-1]]
+    return newest.sort_values(["success", "check"])[columns].reset_index(drop=True)

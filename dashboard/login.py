@@ -9,8 +9,11 @@ Call it first thing on the page (after ``st.set_page_config``)::
 ``?share=<token>`` opens a read-only view pinned to the link's site and view; otherwise the
 visitor logs in with a password (the session lasts ``dashboard.session_minutes``) or, when
 ``dashboard.oidc`` is on and ``.streamlit/secrets.toml`` has an ``[auth]`` section, through
-the identity provider (``st.login``), mapped to a user by e-mail. Refusals say why and stop
-the script, so an anonymous browser receives no data at all.
+the identity provider (``st.login``), mapped to a user by its verified e-mail. Refusals say why
+and stop the script, so an anonymous browser receives no data at all.
+
+Password guesses are throttled per (user name, client address) (``dashboard/throttle.py``),
+counted before the password is checked.
 """
 
 from __future__ import annotations
@@ -25,19 +28,19 @@ from typing import Any, NoReturn
 import streamlit as st
 
 from dashboard.auth import (
-    LoginThrottle,
     Viewer,
-    authenticate,
     effective_query,
     load_users,
     oidc_providers,
     session_record,
     session_user,
+    upgrade_password_hash,
     user_for_email,
     viewer_for_user,
     visible_sites,
 )
 from dashboard.share_links import AccessDenied, ShareLinks, share_url
+from dashboard.throttle import LoginThrottle, check_password
 from tally.settings import DashboardUser, Settings, SettingsError
 
 __all__ = ["SESSION_KEY", "check_site", "effective_query", "logout_button", "require_viewer", "visible_sites"]
@@ -47,6 +50,7 @@ log = logging.getLogger("tally.dashboard.login")
 SESSION_KEY = "_tally_login"
 FAILURE_DELAY_SECONDS = 0.5  # slows scripted guessing within one session; the throttle bounds it across sessions
 _THROTTLE = LoginThrottle()  # module state: shared by every session of this dashboard process
+LOCAL_CLIENT = "local"  # the address of a browser on this machine (Streamlit reports none for loopback)
 
 
 def _refuse(message: str) -> NoReturn:
@@ -74,7 +78,7 @@ def require_viewer(settings: Settings) -> Viewer:
         viewer = _oidc_viewer(settings, users)
         if viewer is not None:
             return viewer
-    _login_page(users, providers, now)
+    _login_page(settings, users, providers, now)
     st.stop()
 
 
@@ -111,19 +115,45 @@ def _oidc_viewer(settings: Settings, users: Mapping[str, DashboardUser]) -> View
     identity: Mapping[str, Any] = st.user.to_dict()
     if not identity.get("is_logged_in"):
         return None
-    user = user_for_email(users.values(), identity.get("email"), verified=identity.get("email_verified"))
+    verified = identity.get("email_verified")
+    user = user_for_email(users.values(), identity.get("email"), verified=verified)
     if user is None:
-        st.error(
-            "Your sign-in worked, but that account has no access to this dashboard. Ask an administrator "
-            "to add your e-mail address to a user (`tally user add NAME --sites … --email …`)."
-        )
+        if verified is not True:
+            log.warning("oidc login refused", extra={"fields": {"reason": "email_verified is not true"}})
+            st.error(
+                "Your sign-in worked, but your identity provider did not confirm that it verified your e-mail "
+                "address (`email_verified`), so it cannot be matched to a user. Verify the address with your "
+                "provider, or ask an administrator to use a provider that sends `email_verified`."
+            )
+        else:
+            st.error(
+                "Your sign-in worked, but that account has no access to this dashboard. Ask an administrator "
+                "to add your e-mail address to a user (`tally user add NAME --sites … --email …`)."
+            )
         if st.button("Log out"):
             st.logout()
         st.stop()
     return viewer_for_user(user, settings, login="oidc")
 
 
-def _login_page(users: Mapping[str, DashboardUser], providers: list[str | None], now: float) -> None:
+def client_address() -> str:
+    """The browser's address as Streamlit saw it (``st.context.ip_address``), or ``local`` on this machine.
+
+    Streamlit (1.67, on uvicorn) takes ``X-Forwarded-For`` into account only from a proxy on
+    127.0.0.1 (uvicorn's ``FORWARDED_ALLOW_IPS``). Behind any other proxy, or one that does not
+    send the header, every browser has the proxy's address.
+    """
+    address = st.context.ip_address
+    return address if isinstance(address, str) and address else LOCAL_CLIENT  # a test harness may give a stand-in
+
+
+def _wait_text(seconds: float) -> str:
+    return f"{math.ceil(seconds)} s" if seconds < 60 else f"{math.ceil(seconds / 60)} min"
+
+
+def _login_page(
+    settings: Settings, users: Mapping[str, DashboardUser], providers: list[str | None], now: float
+) -> None:
     st.title("Tally")
     st.caption("Analytics data is private: log in to see the sites shared with you.")
     if providers and importlib.util.find_spec("authlib") is None:
@@ -138,18 +168,19 @@ def _login_page(users: Mapping[str, DashboardUser], providers: list[str | None],
         submitted = st.form_submit_button("Log in")
     if not submitted:
         return
-    wait = _THROTTLE.blocked_for(name, now)
-    if wait > 0:
-        st.error(f"Too many failed logins for this user name: try again in {math.ceil(wait / 60)} min.")
+    cost = settings.dashboard.password_scrypt_n
+    checked = check_password(_THROTTLE, users, name, password, address=client_address(), now=now, n=cost)
+    if checked.wait_seconds > 0:
+        log.warning("dashboard login throttled", extra={"fields": {"user": repr(name[:64])}})
+        wait = _wait_text(checked.wait_seconds)
+        st.error(f"Too many failed logins for this user name from your address: try again in {wait}.")
         return
-    user = authenticate(users, name, password)
-    if user is None:
-        _THROTTLE.failed(name, now)
+    if checked.user is None:
         log.warning("dashboard login failed", extra={"fields": {"user": repr(name[:64])}})
         time.sleep(FAILURE_DELAY_SECONDS)
         st.error("Wrong user or password.")
         return
-    _THROTTLE.succeeded(name)
+    user = upgrade_password_hash(settings, checked.user, password)
     log.info("dashboard login", extra={"fields": {"user": user.name}})
     st.session_state[SESSION_KEY] = session_record(user, now)
     st.rerun()

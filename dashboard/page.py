@@ -36,8 +36,13 @@ def raw_report(settings: Settings, view: View, days: Range) -> RawQuery | None:
     return RawQuery(raw.to_pyarrow_dataset(), view.site, days, view.filters, _gap_ms(settings))
 
 
-def quarantine_warning(settings: Settings) -> None:
-    held = quarantined(settings)
+def quarantine_warning(settings: Settings, site_id: str) -> None:
+    """Warn about quarantined partitions that hold this site's figures.
+
+    A one-site audit (checker ``audit:<site>``) speaks only of its own site, so another site's
+    quarantine is not shown here; the suites and all-site audits judge whole partitions.
+    """
+    held = [q for q in quarantined(settings) if q.checker == f"audit:{site_id}" or not q.checker.startswith("audit:")]
     if held:
         listed = ", ".join(f"{q.table} {q.partition_date} ({q.checker})" for q in held[:8])
         st.warning(
@@ -46,15 +51,22 @@ def quarantine_warning(settings: Settings) -> None:
         )
 
 
-def show(settings: Settings, sites: list[str], params: Mapping[str, str], *, read_only: bool) -> View:
+def show(
+    settings: Settings, sites: list[str], params: Mapping[str, str], *, read_only: bool, every_site: bool = False
+) -> View:
     """Render the whole report for the view in ``params`` (the URL, or a share link's pinned view);
-    return the view shown."""
+    return the view shown.
+
+    Every figure is of the view's site; ``every_site`` (a ``["*"]`` grant, never a share link)
+    adds the data-health figures counted over the whole instance; without it, the narrower page.
+    """
     now = dt.datetime.now(dt.UTC)
     today = now.date()
     try:
         view = from_query(params, default_site=sites[0])
     except ViewError as e:
-        st.error(f"This link's view is not valid: {e}. Remove the parameter or pick the view again.")
+        # e.problem, not str(e): the bad value is the URL's, and st.error renders Markdown.
+        st.error(f"This link's view is not valid: {e.problem}. Remove the parameter or pick the view again.")
         st.stop()
     if view.site not in sites:
         st.error("You have no access to that site, or it is not configured.")
@@ -68,7 +80,7 @@ def show(settings: Settings, sites: list[str], params: Mapping[str, str], *, rea
     st.title(f"Tally · {view.site}")
     label = PRESETS[view.preset] if view.preset != "custom" else f"{days.start} – {days.end}"
     st.caption(f"{label} (UTC) · bots excluded" + (" · read-only shared view" if read_only else ""))
-    quarantine_warning(settings)
+    quarantine_warning(settings, view.site)
 
     raw = raw_report(settings, view, days)
     report: panels.Report = AggregateReport(agg, view.site, days)
@@ -99,6 +111,6 @@ def show(settings: Settings, sites: list[str], params: Mapping[str, str], *, rea
     panels.events_and_goals(report, current, view.goals)
     panels.funnel(raw, view.funnel)
     panels.performance(current, report.exact)
-    panels.data_health(settings, agg, view.site, days, now)
+    panels.data_health(settings, agg, view.site, days, now, every_site=every_site)
     st.caption(f"Figures as of {now:%H:%M:%S} UTC.")
     return view

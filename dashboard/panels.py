@@ -213,19 +213,32 @@ def performance(totals: Totals, exact: bool) -> None:
     )
 
 
-def data_health(settings: Settings, agg: Aggregates, site_id: str, days: Range, now: dt.datetime) -> None:
+def data_health(
+    settings: Settings, agg: Aggregates, site_id: str, days: Range, now: dt.datetime, *, every_site: bool
+) -> None:
+    """Freshness and this site's audit for everyone; whole-instance figures only when ``every_site``."""
     st.subheader("Data health")
     cells = st.columns(3)
     last = health.last_window_end(agg, site_id, now.date())
     age = max(0.0, (now - last).total_seconds() / 60) if last else None
     cells[0].metric("Last data", f"{age:.0f} min ago" if age is not None else "none today or yesterday")
-    lag = health.archive_lag_total(settings)
-    cells[1].metric("Archive lag (messages)", f"{lag:,}" if lag is not None else "broker unreachable")
-    cells[2].metric("Late events in range", f"{health.late_events(agg, days):,}", help="Fixed by `tally backfill`.")
-    st.markdown("**Data-quality checks** (newest per table, partition and check; failures first)")
-    st.dataframe(health.latest_checks(settings).head(50), hide_index=True, width="stretch")
-    st.markdown("**Latest reconciliation audit** (Kafka = raw = aggregates)")
-    st.dataframe(health.latest_audit(settings, site_id), hide_index=True, width="stretch")
+    if every_site:
+        lag = health.archive_lag_total(settings)
+        shown_lag = f"{lag:,}" if lag is not None else "broker unreachable"
+        cells[1].metric("Archive lag, every site (messages)", shown_lag)
+        late = f"{health.late_events(agg, days):,}"
+        cells[2].metric("Late events in range, every site", late, help="Fixed by `tally backfill`.")
+        st.markdown("**Data-quality checks**, every site (newest per table, partition and check; failures first)")
+        st.dataframe(health.latest_checks(settings).head(50), hide_index=True, width="stretch")
+        st.markdown("**Latest reconciliation audit** of this site or of every site (Kafka = raw = aggregates)")
+    else:
+        st.caption(
+            "Archive lag, late events and data-quality checks are counted over every site at once, so only "
+            "users granted every site see them."
+        )
+        st.markdown("**Latest reconciliation audit of this site** (`tally audit --site`: Kafka = raw = aggregates)")
+    audit = health.latest_audit(settings, site_id, every_site=every_site)
+    st.dataframe(audit, hide_index=True, width="stretch")
 
 
 def previous_days(view: View, today: dt.date) -> Range:

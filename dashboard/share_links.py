@@ -7,6 +7,10 @@ or one generated into ``<home>/dashboard/secret.key``). Every issued link is rec
 ``<home>/dashboard/share-links.json`` (id, site, view, creator, times; never the token);
 revoking marks the record. A token whose id is not on record is refused too, so deleting the
 record (or changing the key) revokes every link.
+
+A link lends its creator's access, never more: it is made by a dashboard user who may see the
+site, and it is refused as soon as that user is removed or no longer may see the site (checked
+each time the link is opened).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode
 
-from dashboard.auth import b64_url, state_dir, state_lock, unb64_url, write_private
+from dashboard.auth import load_users, state_dir, state_lock, viewer_for_user, write_private
+from dashboard.passwords import b64_url, unb64_url
 from dashboard.view import QUERY_KEYS, from_query, to_query
 from tally.settings import Settings, SettingsError
 
@@ -32,7 +37,7 @@ TOKEN_VERSION = 1
 MAX_TOKEN_CHARS = 4096
 MAX_VIEW_CHARS = 2000
 _SIGNING_CONTEXT = b"tally-share-v1."  # binds signatures to this use of the key
-Refusal = Literal["tampered", "expired", "revoked", "unknown-link", "unknown-site"]
+Refusal = Literal["tampered", "expired", "revoked", "unknown-link", "unknown-site", "creator-lost"]
 
 
 class AccessDenied(Exception):
@@ -196,6 +201,11 @@ class ShareLinks:
             raise ValueError(f"site {site!r} is not configured (configured: {known})")
         if view.get("site", site) != site or "share" in view:
             raise ValueError("the view must be of the link's own site and hold no 'share' parameter")
+        if not self.creator_may_share(creator, site):
+            raise ValueError(
+                f"the creator {creator!r} is not a dashboard user who may see {site!r}; a link lends its creator's "
+                "access, so name a user of `tally user list` who may see the site"
+            )
         if not 0 < days <= 366:
             raise ValueError(f"a share link lasts between a minute and 366 days, not {days} days")
         link = ShareLink(
@@ -236,7 +246,16 @@ class ShareLinks:
             raise AccessDenied("revoked", "This share link was revoked by its owner")
         if self.settings.site(grant.site) is None or grant.view.get("site") != grant.site:
             raise AccessDenied("unknown-site", "This share link is for a site this dashboard does not serve")
+        if record.site != grant.site or not self.creator_may_share(record.creator, grant.site):
+            raise AccessDenied(
+                "creator-lost", "Whoever made this share link no longer has access to its site; ask for a new link"
+            )
         return grant
+
+    def creator_may_share(self, creator: str, site: str) -> bool:
+        """True if ``creator`` is a current dashboard user who may see ``site`` (a link lends no more)."""
+        user = load_users(self.settings).get(creator)
+        return user is not None and viewer_for_user(user, self.settings).may_see(site)
 
 
 def share_url(base_url: str, token: str) -> str:

@@ -34,7 +34,16 @@ MAX_RANGE_DAYS = 400
 
 
 class ViewError(ValueError):
-    """A query parameter the page cannot use; the message says which and why."""
+    """A query parameter the page cannot use; the message says which and why.
+
+    ``str()`` also quotes the bad value, for the command line (``tally share create --view``).
+    ``problem`` leaves it out, for the page: the value comes from a URL anyone can craft, and
+    ``st.error`` would render it as Markdown (links, images).
+    """
+
+    def __init__(self, problem: str, value: str | None = None) -> None:
+        super().__init__(problem if value is None else f"{problem}, got {value!r}")
+        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class Step:
     def parse(cls, text: str) -> Step:
         kind, sep, value = text.partition(":")
         if not sep or kind not in ("page", "event") or not value:
-            raise ViewError(f"a step is 'page:/path' or 'event:name', got {text!r}")
+            raise ViewError("a step is 'page:/path' or 'event:name'", text)
         return cls("page" if kind == "page" else "event", value)
 
     def __str__(self) -> str:
@@ -99,7 +108,7 @@ def _date(key: str, text: str) -> dt.date:
     try:
         return dt.date.fromisoformat(text)
     except ValueError as e:
-        raise ViewError(f"{key} must be a date like 2026-11-01, got {text!r}") from e
+        raise ViewError(f"{key} must be a date like 2026-11-01", text) from e
 
 
 def _steps(key: str, text: str) -> tuple[Step, ...]:
@@ -110,7 +119,7 @@ def from_query(params: Mapping[str, str], *, default_site: str) -> View:
     """Build a view from URL query parameters; unknown keys are ignored, bad values raise ViewError."""
     preset = params.get("range", "7d")
     if preset not in PRESETS:
-        raise ViewError(f"range must be one of {', '.join(PRESETS)}, got {preset!r}")
+        raise ViewError(f"range must be one of {', '.join(PRESETS)}", preset)
     start = end = None
     if preset == "custom":
         if "from" not in params or "to" not in params:

@@ -22,14 +22,13 @@ from dashboard.auth import (
     EVERY_SITE,
     USER_NAME,
     admin_password_path,
-    hash_password,
     load_users,
     read_file_users,
     state_lock,
-    verify_password,
     write_file_users,
     write_private,
 )
+from dashboard.passwords import hash_password, verify_password
 from dashboard.share_links import ShareLinks, describe_view, parse_view, share_url
 from tally.settings import DashboardUser, Settings
 
@@ -121,7 +120,7 @@ def run_user_add(args: argparse.Namespace, settings: Settings) -> int:
     password = _read_password(args, args.name)
     if password is None:
         return EXIT_USAGE
-    user = DashboardUser(args.name, hash_password(password), sites, args.email)
+    user = DashboardUser(args.name, hash_password(password, n=settings.dashboard.password_scrypt_n), sites, args.email)
     with state_lock(settings):
         others = [u for u in read_file_users(settings) if u.name != args.name]
         write_file_users(settings, [*others, user])
@@ -157,6 +156,10 @@ def run_user_remove(args: argparse.Namespace, settings: Settings) -> int:
         if args.name == ADMIN:
             admin_password_path(settings).unlink(missing_ok=True)
     print(f"user {args.name} removed")
+    now = time.time()
+    made = [link for link in ShareLinks(settings).all() if link.creator == args.name and link.status(now) == "active"]
+    if made:
+        print(f"{len(made)} share link(s) made by {args.name} no longer open (they lent {args.name}'s access)")
     return EXIT_OK
 
 
@@ -165,7 +168,7 @@ def run_user_hash(args: argparse.Namespace, settings: Settings) -> int:
     password = _read_password(args, "the config user")
     if password is None:
         return EXIT_USAGE
-    print(hash_password(password))
+    print(hash_password(password, n=settings.dashboard.password_scrypt_n))
     return EXIT_OK
 
 
@@ -177,7 +180,12 @@ def add_share_arguments(parser: argparse.ArgumentParser) -> None:
     create.add_argument("--view", default="", help='the view\'s query parameters, e.g. "range=30d&country=DE"')
     create.add_argument("--days", type=float, help="lifetime in days (default: dashboard.share_link_days)")
     create.add_argument("--base-url", help="the dashboard's public address (default: the configured host and port)")
-    create.add_argument("--creator", default="", help="who made the link, for `share list` (default: your OS user)")
+    create.add_argument(
+        "--creator",
+        default=ADMIN,
+        help="the dashboard user whose access the link lends; it stops working when that user is removed or "
+        f"loses the site (default: {ADMIN})",
+    )
     action("list", run_share_list, "List issued share links: id, site, view, creator, expiry, state (no tokens).")
     revoke = action("revoke", run_share_revoke, "Revoke a share link: it stops opening at once.")
     revoke.add_argument("link_id", metavar="ID", help="the link's id, from `tally share list`")
@@ -199,7 +207,7 @@ def run_share_create(args: argparse.Namespace, settings: Settings) -> int:
             site=args.site,
             view=view,
             days=args.days if args.days is not None else settings.dashboard.share_link_days,
-            creator=args.creator or getpass.getuser(),
+            creator=args.creator,
             now=time.time(),
         )
     except ValueError as e:
@@ -252,7 +260,8 @@ def ensure_admin(settings: Settings) -> AdminLogin | None:
         if load_users(settings):
             return None
         password = secrets.token_urlsafe(18)
-        write_file_users(settings, [DashboardUser(ADMIN, hash_password(password), (EVERY_SITE,))])
+        admin = DashboardUser(ADMIN, hash_password(password, n=settings.dashboard.password_scrypt_n), (EVERY_SITE,))
+        write_file_users(settings, [admin])
         write_private(admin_password_path(settings), password + "\n")
     log.info("dashboard admin created", extra={"fields": {"password_file": str(admin_password_path(settings))}})
     return AdminLogin(ADMIN, password, admin_password_path(settings))

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.auth import hash_password, session_record, write_file_users
+from dashboard.auth import session_record, write_file_users
 from dashboard.login import SESSION_KEY
+from dashboard.passwords import hash_password
 from quality.quarantine import record_statuses
 from tally.quarantine import PartitionStatus
 from tally.settings import DashboardUser, Settings, load_settings
@@ -26,7 +27,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 
 def logged_in(settings: Settings, sites: tuple[str, ...] = ("*",)) -> AppTest:
     """The app with a logged-in user granted ``sites`` (a session as the login form leaves it)."""
-    user = DashboardUser("ana", hash_password("correct horse"), sites)
+    user = DashboardUser("ana", hash_password("correct horse", n=settings.dashboard.password_scrypt_n), sites)
     write_file_users(settings, [user])
     app = AppTest.from_file(APP, default_timeout=60)
     app.session_state[SESSION_KEY] = session_record(user, time.time())
@@ -34,7 +35,7 @@ def logged_in(settings: Settings, sites: tuple[str, ...] = ("*",)) -> AppTest:
 
 
 def test_an_anonymous_visitor_gets_the_login_form_and_no_figures(settings: Settings) -> None:
-    write_file_users(settings, [DashboardUser("ana", hash_password("correct horse"), ("*",))])
+    write_file_users(settings, [DashboardUser("ana", hash_password("correct horse", n=1024), ("*",))])
     app = AppTest.from_file(APP, default_timeout=60).run()
     assert not app.exception
     assert app.text_input, "a login form"

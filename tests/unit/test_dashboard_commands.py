@@ -11,7 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from dashboard.auth import authenticate, load_users, users_path
+from dashboard.auth import load_users, users_path
+from dashboard.passwords import authenticate
 from dashboard.share_links import AccessDenied, ShareLinks
 from ops.access_commands import dashboard_login_line
 from ops.cli import main
@@ -35,7 +36,8 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "tally.yaml").write_text(
-        "dashboard:\n  users:\n    - {name: carol, password_hash: '', sites: ['*'], email: carol@example.org}\n"
+        "dashboard:\n  password_scrypt_n: 1024\n"
+        "  users:\n    - {name: carol, password_hash: '', sites: ['*'], email: carol@example.org}\n"
         "sites: [{site_id: a.test}, {site_id: b.test}]\n"
     )
     monkeypatch.setenv("TALLY_CONF_DIR", str(conf))
@@ -131,6 +133,7 @@ def test_share_links_round_trip_through_create_list_and_revoke(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["share", "create", "--site", "a.test", "--view", "range=30d&f_page=/pricing", "--days", "3"]
+    argv += ["--creator", "carol"]
     assert tally(monkeypatch, *argv, "--base-url", "https://stats.example.org/") == 0
     url = capsys.readouterr().out.strip().splitlines()[-1]
     assert url.startswith("https://stats.example.org/?share=")
@@ -164,6 +167,22 @@ def test_share_create_refuses_a_site_that_is_not_configured_or_a_view_of_another
     assert tally(monkeypatch, "share", "create", *extra) == 2
     assert message in capsys.readouterr().err
     assert ShareLinks(settings).all() == []
+
+
+def test_share_create_needs_a_creator_who_may_see_the_site_and_removing_them_ends_their_links(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tally(monkeypatch, "user", "add", "ann", "--sites", "a.test", "--password-stdin", stdin="ann-pass-word\n")
+    assert tally(monkeypatch, "share", "create", "--site", "b.test", "--creator", "ann") == 2
+    assert "may see 'b.test'" in capsys.readouterr().err
+    assert tally(monkeypatch, "share", "create", "--site", "a.test") == 2  # the default creator, admin, is absent
+    assert tally(monkeypatch, "share", "create", "--site", "a.test", "--creator", "ann") == 0
+    token = parse_qs(urlsplit(capsys.readouterr().out.strip().splitlines()[-1]).query)["share"][0]
+    assert tally(monkeypatch, "user", "remove", "ann") == 0
+    assert "1 share link(s) made by ann no longer open" in capsys.readouterr().out
+    with pytest.raises(AccessDenied) as refused:
+        ShareLinks(settings).read(token, now=time.time())
+    assert refused.value.kind == "creator-lost"
 
 
 def test_tally_up_creates_the_admin_once_and_keeps_showing_its_login_until_it_changes(

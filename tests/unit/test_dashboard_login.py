@@ -11,14 +11,17 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import dashboard.login
-from dashboard.auth import LoginThrottle, hash_password, load_users, session_record, write_file_users
+from dashboard.auth import load_users, session_record, write_file_users
 from dashboard.login import SESSION_KEY
+from dashboard.passwords import hash_password
 from dashboard.share_links import ShareLinks
+from dashboard.throttle import LoginThrottle
 from tally.settings import DashboardUser, Settings, load_settings
 
 MARKER = "SECRET FIGURES: 12,345 visitors"
 ANN = "ann"
 ANN_PASSWORD = "ann-secret-password"
+CHEAP = 1024  # scrypt N of the test users' hashes and of dashboard.password_scrypt_n here: fast tests
 
 
 def gated_page() -> None:
@@ -50,7 +53,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settin
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "tally.yaml").write_text(
-        f"home: {tmp_path / 'home'}\ndashboard: {{session_minutes: 30}}\n"
+        f"home: {tmp_path / 'home'}\ndashboard: {{session_minutes: 30, password_scrypt_n: {CHEAP}}}\n"
         "sites: [{site_id: a.test}, {site_id: b.test}]\n"
     )
     monkeypatch.setenv("TALLY_CONF_DIR", str(conf))
@@ -59,7 +62,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settin
     monkeypatch.setattr(dashboard.login, "_THROTTLE", LoginThrottle())
     monkeypatch.setattr(dashboard.login, "FAILURE_DELAY_SECONDS", 0.0)
     settings = load_settings()
-    write_file_users(settings, [DashboardUser(ANN, hash_password(ANN_PASSWORD), ("a.test",))])
+    write_file_users(settings, [DashboardUser(ANN, hash_password(ANN_PASSWORD, n=CHEAP), ("a.test",))])
     yield settings
 
 
@@ -144,7 +147,7 @@ def test_an_expired_session_asks_for_the_password_again(settings: Settings) -> N
 def test_too_many_failures_lock_the_name_even_for_the_right_password(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dashboard.login, "_THROTTLE", LoginThrottle(max_failures=2))
+    monkeypatch.setattr(dashboard.login, "_THROTTLE", LoginThrottle(max_attempts=2, free_attempts=2))
     app = page().run()
     for _ in range(2):
         app = log_in(app, ANN, "guess")
@@ -168,8 +171,9 @@ def test_a_user_cannot_open_another_users_site_by_editing_the_url(settings: Sett
 def test_a_valid_share_link_shows_its_site_and_view_read_only_whatever_else_the_url_says(
     settings: Settings,
 ) -> None:
+    write_file_users(settings, [*load_users(settings).values(), DashboardUser("bea", "", ("b.test",))])
     _, token = ShareLinks(settings).create(
-        site="b.test", view={"range": "30d", "f_page": "/pricing"}, days=7, creator=ANN, now=time.time()
+        site="b.test", view={"range": "30d", "f_page": "/pricing"}, days=7, creator="bea", now=time.time()
     )
     app = page()
     app.query_params.update({"share": token, "site": "a.test", "range": "90d"})
@@ -229,7 +233,7 @@ def oidc_page(settings: Settings, monkeypatch: pytest.MonkeyPatch, identity: dic
     write_file_users(
         settings,
         [
-            DashboardUser(ANN, hash_password(ANN_PASSWORD), ("a.test",)),
+            DashboardUser(ANN, hash_password(ANN_PASSWORD, n=CHEAP), ("a.test",)),
             DashboardUser("carol", "", ("b.test",), "Carol@Example.org"),
         ],
     )
@@ -242,7 +246,8 @@ def oidc_page(settings: Settings, monkeypatch: pytest.MonkeyPatch, identity: dic
 def test_an_identity_provider_login_maps_to_the_user_with_that_email(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = oidc_page(settings, monkeypatch, {"is_logged_in": True, "email": "carol@example.org"})
+    identity = {"is_logged_in": True, "email": "carol@example.org", "email_verified": True}
+    app = oidc_page(settings, monkeypatch, identity)
     assert not app.exception
     assert MARKER in texts(app) and "viewer=carol" in texts(app) and "site=b.test" in texts(app)
 
@@ -250,7 +255,8 @@ def test_an_identity_provider_login_maps_to_the_user_with_that_email(
 def test_an_identity_provider_login_without_a_matching_user_gets_no_data(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = oidc_page(settings, monkeypatch, {"is_logged_in": True, "email": "mallory@example.org"})
+    identity = {"is_logged_in": True, "email": "mallory@example.org", "email_verified": True}
+    app = oidc_page(settings, monkeypatch, identity)
     assert not app.exception
     assert MARKER not in texts(app) and any("no access to this dashboard" in e.value for e in app.error)
 

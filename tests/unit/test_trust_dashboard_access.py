@@ -1,0 +1,251 @@
+"""Dashboard access under attack, through the real gate (Streamlit's AppTest): login throttling,
+password hashing cost, OIDC's verified e-mail, URL text in errors, share links of removed users.
+
+Hashes are built here with hashlib in the stored format: the tests do not lean on the code they test.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import secrets
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import streamlit.runtime.context
+from streamlit.testing.v1 import AppTest
+
+import dashboard.login
+import dashboard.throttle
+from dashboard.auth import load_users, read_file_users, session_record, write_file_users
+from dashboard.login import SESSION_KEY
+from dashboard.share_links import ShareLinks
+from dashboard.throttle import LoginThrottle, PasswordCheck, check_password
+from ops.cli import main
+from tally.settings import DashboardUser, Settings, load_settings
+from tests.unit.test_dashboard_login import AUTH_SECRETS, MARKER, gated_page
+
+APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
+ALLOWED_GUESSES = 10  # per user name and client address in 15 minutes (docs/SECURITY-dashboard.md)
+ADMIN_PASSWORD = "admin-secret-password"
+ATTACKER, ADMINS_DESK = "203.0.113.66", "198.51.100.7"
+
+
+def scrypt_hash(password: str, n: int) -> str:
+    """A stored hash ``scrypt$n$r$p$salt$digest`` of cost ``n``."""
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=n, r=8, p=1, maxmem=256 * 1024 * 1024, dklen=32)
+
+    def b64(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    return f"scrypt${n}$8$1${b64(salt)}${b64(digest)}"
+
+
+@pytest.fixture
+def client(monkeypatch: pytest.MonkeyPatch) -> dict[str, str | None]:
+    """The browser's address as Streamlit reports it (``st.context.ip_address``); set ``client["ip"]``."""
+    current: dict[str, str | None] = {"ip": None}
+    monkeypatch.setattr(streamlit.runtime.context.ContextProxy, "ip_address", property(lambda self: current["ip"]))
+    return current
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "tally.yaml").write_text(f"home: {tmp_path / 'home'}\nsites: [{{site_id: a.test}}, {{site_id: b.test}}]\n")
+    monkeypatch.setenv("TALLY_CONF_DIR", str(conf))
+    monkeypatch.setenv("TALLY_DASHBOARD__PASSWORD_SCRYPT_N", "1024")  # cheap hashes: the tests stay fast
+    monkeypatch.delenv("TALLY_ENV", raising=False)
+    monkeypatch.delenv("TALLY_HOME", raising=False)
+    monkeypatch.setattr(dashboard.login, "_THROTTLE", type(dashboard.login._THROTTLE)())
+    monkeypatch.setattr(dashboard.login, "FAILURE_DELAY_SECONDS", 0.0)
+    settings = load_settings()
+    write_file_users(
+        settings,
+        [
+            DashboardUser("admin", scrypt_hash(ADMIN_PASSWORD, 1024), ("*",)),
+            DashboardUser("ann", scrypt_hash("ann-secret-password", 1024), ("a.test",), "ann@example.org"),
+        ],
+    )
+    return settings
+
+
+def page() -> AppTest:
+    return AppTest.from_function(gated_page, default_timeout=60)
+
+
+def texts(app: AppTest) -> str:
+    return "\n".join(t.value for t in app.text)
+
+
+def log_in(app: AppTest, name: str, password: str) -> AppTest:
+    app.text_input[0].input(name)
+    app.text_input[1].input(password)
+    return app.form_submit_button[0].click().run()
+
+
+# --- login throttle -----------------------------------------------------------------------------
+
+
+def test_parallel_guesses_for_one_user_get_no_more_than_the_allowed_attempts(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many sessions of one dashboard process submit at once; each check is slow, so they overlap."""
+    parallel = ALLOWED_GUESSES + 6
+    checked: list[str] = []
+    lock = threading.Lock()
+
+    def slow_wrong_password(users: object, name: str, password: str, **options: object) -> None:
+        with lock:
+            checked.append(password)
+        time.sleep(1.0)  # every session is inside the password check at the same time
+
+    monkeypatch.setattr(dashboard.throttle, "authenticate", slow_wrong_password)
+    throttle, users = LoginThrottle(), load_users(settings)
+    start = threading.Barrier(parallel)
+    outcomes: list[PasswordCheck] = []
+
+    def guess(i: int) -> None:
+        start.wait()
+        outcomes.append(
+            check_password(throttle, users, "admin", f"guess-{i}", address=ATTACKER, now=time.time(), n=1024)
+        )
+
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(parallel)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(outcomes) == parallel and not any(o.user for o in outcomes)
+    assert len(checked) <= ALLOWED_GUESSES, f"{len(checked)} of {parallel} parallel guesses reached the check"
+    assert sum(o.wait_seconds > 0 for o in outcomes) == parallel - len(checked)
+
+
+def test_an_attacker_locking_out_admin_from_one_address_does_not_lock_out_admin_elsewhere(
+    settings: Settings, client: dict[str, str | None]
+) -> None:
+    client["ip"] = ATTACKER
+    app = page().run()
+    for i in range(ALLOWED_GUESSES + 2):
+        app = log_in(app, "admin", f"guess-{i}")
+    assert any("Too many failed logins" in e.value for e in app.error)
+    assert MARKER not in texts(log_in(app, "admin", ADMIN_PASSWORD)), "the attacker's address stays throttled"
+
+    client["ip"] = ADMINS_DESK
+    app = log_in(page().run(), "admin", ADMIN_PASSWORD)
+    assert not app.error, [e.value for e in app.error]
+    assert MARKER in texts(app) and "viewer=admin" in texts(app)
+
+
+# --- password hashing ---------------------------------------------------------------------------
+
+
+def test_new_password_hashes_cost_scrypt_n_2_17_by_default(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TALLY_DASHBOARD__PASSWORD_SCRYPT_N")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("bob-secret-password\n"))
+    with pytest.raises(SystemExit) as done:
+        main(["user", "add", "bob", "--sites", "a.test", "--password-stdin"])
+    assert done.value.code in (0, None)
+    stored = next(u.password_hash for u in read_file_users(load_settings()) if u.name == "bob")
+    assert stored.startswith("scrypt$131072$8$1$"), stored[:20]
+
+
+def test_an_old_hash_is_replaced_at_todays_cost_on_the_next_successful_login(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TALLY_DASHBOARD__PASSWORD_SCRYPT_N")  # the default cost, as in production
+    old = scrypt_hash("ann-secret-password", 2**14)  # what Tally stored before
+    write_file_users(load_settings(), [DashboardUser("ann", old, ("a.test",))])
+    app = log_in(page().run(), "ann", "ann-secret-password")
+    assert MARKER in texts(app)
+    stored = load_users(load_settings())["ann"].password_hash
+    assert stored.startswith("scrypt$131072$8$1$") and stored != old
+    assert MARKER in texts(app.run()), "the session survives the new hash"
+    again = log_in(page().run(), "ann", "ann-secret-password")
+    assert MARKER in texts(again), "the new hash holds the same password"
+
+
+# --- OIDC -----------------------------------------------------------------------------------------
+
+
+def oidc_page(settings: Settings, monkeypatch: pytest.MonkeyPatch, identity: dict[str, object]) -> AppTest:
+    monkeypatch.setenv("TALLY_DASHBOARD__OIDC", "true")
+    app = page()
+    app.secrets["auth"] = AUTH_SECRETS
+    app.user = identity
+    return app.run()
+
+
+@pytest.mark.parametrize("verified", ["missing", False, "true", None])
+def test_an_oidc_email_the_provider_did_not_verify_gets_no_data(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, verified: object
+) -> None:
+    identity: dict[str, object] = {"is_logged_in": True, "email": "ann@example.org"}
+    if verified != "missing":
+        identity["email_verified"] = verified
+    app = oidc_page(settings, monkeypatch, identity)
+    assert not app.exception
+    assert MARKER not in texts(app) and app.error
+
+
+def test_an_oidc_email_the_provider_verified_logs_the_user_in(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    identity = {"is_logged_in": True, "email": "ann@example.org", "email_verified": True}
+    app = oidc_page(settings, monkeypatch, identity)
+    assert MARKER in texts(app) and "viewer=ann" in texts(app)
+
+
+# --- URL text in errors ---------------------------------------------------------------------------
+
+HOSTILE = "[log in again](https://evil.example/phish) ![x](https://evil.example/pixel.png)"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"range": HOSTILE},
+        {"range": "custom", "from": HOSTILE, "to": "2026-01-01"},
+        {"range": "custom", "from": "2026-01-01", "to": HOSTILE},
+        {"goals": f"page:/a,{HOSTILE}"},
+        {"funnel": HOSTILE},
+    ],
+)
+def test_a_bad_url_value_is_refused_without_echoing_it(settings: Settings, params: dict[str, str]) -> None:
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.session_state[SESSION_KEY] = session_record(load_users(settings)["admin"], time.time())
+    app.query_params.update({"site": "a.test", **params})
+    app.run()
+    assert not app.exception and app.error, "the view is refused"
+    for element in (*app.error, *app.warning, *app.info, *app.markdown, *app.caption, *app.title):
+        assert "evil.example" not in str(element.value), element.value
+    assert not app.metric
+
+
+# --- share links and their creator --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["removed", "lost the site"])
+def test_a_share_link_stops_opening_when_its_creator_is_removed_or_loses_the_site(
+    settings: Settings, change: str
+) -> None:
+    _, token = ShareLinks(settings).create(site="a.test", view={}, days=7, creator="ann", now=time.time())
+    app = page()
+    app.query_params["share"] = token
+    assert MARKER in texts(app.run()), "the link opens while ann may see a.test"
+
+    others = [u for u in read_file_users(settings) if u.name != "ann"]
+    if change == "lost the site":
+        others.append(DashboardUser("ann", scrypt_hash("ann-secret-password", 1024), ("b.test",)))
+    write_file_users(settings, others)
+    app = page()
+    app.query_params["share"] = token
+    app.run()
+    assert not app.exception
+    assert MARKER not in texts(app) and app.error
