@@ -30,7 +30,7 @@ from tally.settings import DashboardUser, Settings, load_settings
 from tests.unit.test_dashboard_login import AUTH_SECRETS, MARKER, gated_page
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
-ALLOWED_GUESSES = 10  # per user name and client address in 15 minutes (docs/SECURITY-dashboard.md)
+ALLOWED_GUESSES = 10  # per user name and client address in 15 minutes (docs/SECURITY.md)
 ADMIN_PASSWORD = "admin-secret-password"
 ATTACKER, ADMINS_DESK = "203.0.113.66", "198.51.100.7"
 
