@@ -154,12 +154,16 @@ def upgrade_password_hash(settings: Settings, user: DashboardUser, password: str
         )
         return user
     new_hash = hash_password(password, n=cost)
-    with state_lock(settings):
-        users = read_file_users(settings)
-        if not any(u.name == user.name and u.password_hash == user.password_hash for u in users):
-            return user  # removed or changed since this login read it: keep what is there
-        upgraded = [dataclasses.replace(u, password_hash=new_hash) if u.name == user.name else u for u in users]
-        write_file_users(settings, upgraded)
+    try:
+        with state_lock(settings):
+            users = read_file_users(settings)
+            if not any(u.name == user.name and u.password_hash == user.password_hash for u in users):
+                return user  # removed or changed since this login read it: keep what is there
+            upgraded = [dataclasses.replace(u, password_hash=new_hash) if u.name == user.name else u for u in users]
+            write_file_users(settings, upgraded)
+    except OSError as e:  # a read-only home must not turn a correct password into a failed login
+        log.error("password hash not upgraded", extra={"fields": {"user": user.name, "error": str(e)}})
+        return user
     log.info("password hash upgraded", extra={"fields": {"user": user.name, "scrypt_n": cost}})
     return dataclasses.replace(user, password_hash=new_hash)
 

@@ -226,7 +226,9 @@ class Pipeline:
         events, invalid = self._enrich_all(parsed, facts)
         throttled = self._rate_limit(events, facts.ts_received)
         if throttled is not None:
-            invalid += [(e.fields(), throttled, e.site_id) for e in events]
+            # The dead letter keeps the event but not who sent it: a refused event is no visit, and
+            # `tally forget` does not search raw.rejected for visitor ids.
+            invalid += [({**e.fields(), "visitor_id": "", "client_hash": ""}, throttled, e.site_id) for e in events]
             events = []
         records = self._dead_letters(invalid, facts.client_ip, facts.ts_received)
         topic = self.settings.kafka.pageviews_topic

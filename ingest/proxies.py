@@ -19,10 +19,9 @@ FORWARDED_INVALID = Counter(
     "Requests from a trusted proxy whose forwarding header held no valid client address (the peer's was used)",
 )
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-# One element of a Forwarded header (RFC 7239): commas inside quoted strings do not split it.
-FORWARDED_ELEMENT = re.compile(r'(?:[^,"]|"(?:\\.|[^"\\])*")+')
-FORWARDED_FOR = re.compile(r'(?:^|;)\s*for\s*=\s*("(?:\\.|[^"\\])*"|[^;]*)', re.IGNORECASE)
 MAX_NODE = 64  # "[IPv6%zone]:port" fits; anything longer is no address (and is not cached)
+# A chain of real proxies writes a few hundred bytes at most; a longer header is someone else's.
+MAX_HEADER = 4096
 
 
 def parse_ip(node: str) -> IPAddress | None:
@@ -44,16 +43,55 @@ def parse_ip(node: str) -> IPAddress | None:
     return ip
 
 
-def forwarded_for(value: str) -> list[str]:
+def forwarded_for(value: str) -> list[str] | None:
     """The ``for=`` node of each element of a Forwarded header (RFC 7239), unquoted, in order
-    ("" for an element without one)."""
-    nodes = []
-    for element in FORWARDED_ELEMENT.findall(value):
-        found = FORWARDED_FOR.search(element)
-        node = found.group(1).strip() if found else ""
-        if node.startswith('"') and node.endswith('"') and len(node) > 1:
-            node = re.sub(r"\\(.)", r"\1", node[1:-1])
-        nodes.append(node)
+    ("" for an element without one); None for a header that does not parse.
+
+    One pass over the text, so its cost is linear in the header's length. A quote left open, or
+    one inside a token, makes the whole header invalid: read leniently, a visitor's unclosed quote
+    would swallow the proxy's own element behind it, and the visitor's address would be taken.
+    """
+    nodes: list[str] = []
+    node = ""
+    token: list[str] = []
+    quoted = escaped = False
+
+    def close_pair() -> str | None:
+        name, _, raw = "".join(token).partition("=")
+        token.clear()
+        text = raw.strip()
+        if '"' in text:
+            if len(text) < 2 or text[0] != '"' or text[-1] != '"':
+                return None
+            text = re.sub(r"\\(.)", r"\1", text[1:-1])
+        return text if name.strip().lower() == "for" else ""
+
+    for char in value:
+        if escaped:
+            escaped = False
+        elif quoted:
+            if char == "\\":
+                escaped = True
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char in ";,":
+            found = close_pair()
+            if found is None:
+                return None
+            node = found or node
+            if char == ",":
+                nodes.append(node)
+                node = ""
+            continue
+        token.append(char)
+    if quoted or escaped:
+        return None
+    found = close_pair()
+    if found is None:
+        return None
+    nodes.append(found or node)
     return nodes
 
 
@@ -92,8 +130,12 @@ class ClientAddress:
         value = b",".join([v for name, v in scope["headers"] if name == self.header]).decode("latin-1")
         if not value.strip():
             return peer  # the proxy's own request
+        hops = (forwarded_for(value) if self._is_forwarded else value.split(",")) if len(value) <= MAX_HEADER else None
+        if hops is None:  # no proxy wrote this
+            FORWARDED_INVALID.inc()
+            return peer
         farthest = peer
-        for hop in reversed(forwarded_for(value) if self._is_forwarded else value.split(",")):
+        for hop in reversed(hops):
             resolved = self.resolve(hop.strip()) if len(hop) <= MAX_NODE else None
             if resolved is None:  # a trusted proxy would have written an address: someone else wrote this
                 FORWARDED_INVALID.inc()

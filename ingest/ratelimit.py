@@ -135,7 +135,9 @@ class RefusalLimiter:
 
     def admit(self, *, client_hash: str, site_id: str, kind: str, status: int, now_ms: int) -> bool:
         """True: store this refusal whole. False: it is counted instead (over the client's limit)."""
-        minute = now_ms // MINUTE_MS
+        # Never back to an older minute: a request whose body came slowly carries an earlier time,
+        # and reopening that minute would give every client a fresh allowance.
+        minute = max(now_ms // MINUTE_MS, self._minute)
         if minute != self._minute:
             self._close(minute)
         stored = self._stored.get(client_hash, 0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import SplitResult, parse_qs, unquote_plus, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qs, unquote, unquote_plus, urlsplit, urlunsplit
 
 from ingest.beacon import neutralise_formula
 
@@ -70,7 +70,7 @@ def route_fragment(fragment: str) -> str:
     A fragment such as ``access_token=…&state=…`` (OAuth's implicit flow) is data, not a route.
     """
     route = fragment.partition("?")[0]
-    return "" if "=" in route else route
+    return "" if "=" in unquote(route) else route
 
 
 @lru_cache(maxsize=16384)  # pages repeat: most beacons of a site share few URLs
@@ -95,8 +95,9 @@ def normalise_url(url: str, *, hash_routing: bool = False, query_params: tuple[s
 
 def stored_referrer(referrer: str | None) -> str | None:
     """The referrer as stored: origin and path (``https://mail.example/inbox``), no query,
-    fragment or userinfo. None when it names no host (``data:…``, ``about:blank``)."""
+    fragment or userinfo. None when it names no host (``data:…``, ``about:blank``) or is no web or app
+    referrer (``javascript:…``)."""
     parts = split_url(referrer) if referrer else None
-    if parts is None or not parts.hostname:
+    if parts is None or not parts.hostname or parts.scheme not in ("http", "https", "android-app"):
         return None
     return urlunsplit((parts.scheme, host_and_port(parts.netloc), parts.path, "", ""))

@@ -26,7 +26,7 @@ from ua_parser import parse as parse_user_agent
 MAX_USER_AGENT = 1000  # characters ua-parser reads: bounds the regex work a hostile header can cost
 # Characters the crawler list is matched against: crawlers name themselves early, and its ~1,500
 # patterns cost ~0.5 ms on a browser's user agent but ~20 ms on 1,000 characters of junk.
-MAX_CRAWLER_CHECK = 512
+MAX_CRAWLER_CHECK = 256
 HEADLESS_MARKERS = ("headless", "lighthouse", "phantomjs")  # automation that looks like a browser
 TABLET_FAMILIES = ("iPad", "Kindle")  # uap-core's device families of tablets
 MOBILE_OS = ("Android", "iOS")

@@ -98,3 +98,14 @@ def test_buffered_counts_reach_the_counter_only_when_flushed_and_only_once() -> 
     counts.flush()
     counts.flush()  # nothing pending: adds nothing
     assert registry.get_sample_value("events_total", {"outcome": "accepted"}) == 5
+
+
+def test_a_throttled_events_dead_letter_does_not_say_who_sent_it(pipeline: tuple[Pipeline, MemoryStore]) -> None:
+    pipe, store = pipeline
+    for n in (1, 2, 3):
+        accept(pipe, beacon(n))
+    assert accept(pipe, beacon(4)).status == 429
+    (letter,) = [DeadLetter.from_json(v) for _, _, v in store.appends[-1]]
+    payload = json.loads(letter.payload or "{}")
+    assert payload["event_id"].endswith("000000000004")
+    assert payload["visitor_id"] == "" and payload["client_hash"] == ""

@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from ingest.app import create_app
 from ingest.enrich import client_hash
 from ingest.pipeline import Pipeline
-from ingest.proxies import ClientAddress
+from ingest.proxies import ClientAddress, forwarded_for
 from ingest.spool import Record
 from tally.settings import IngestSettings, Settings, SettingsError, SiteSettings
 
@@ -161,3 +161,35 @@ def test_an_unknown_proxy_header_is_a_settings_error() -> None:
     with pytest.raises(SettingsError) as refused:
         IngestSettings(proxy_header="x-real-ip")
     assert str(refused.value) == "ingest.proxy_header: expected x-forwarded-for or forwarded, got 'x-real-ip'"
+
+
+@pytest.mark.parametrize(
+    "proxy_element",
+    ['for="[2001:db8::1]:4711"', f'for={VISITOR};by="_edge"', f"for={VISITOR}"],
+)
+def test_an_unclosed_quote_cannot_swallow_the_proxys_own_element(tmp_path: Path, proxy_element: str) -> None:
+    # Read leniently, the visitor's open quote ran on into the proxy's element, which then vanished.
+    header = [(b"forwarded", f'for={SPOOFED};x=", {proxy_element}'.encode())]
+    before = invalid_forwarded()
+    assert seen_as(tmp_path, "127.0.0.1", header, proxy_header="forwarded") == "127.0.0.1"
+    assert invalid_forwarded() == before + 1
+
+
+@pytest.mark.parametrize("proxy_header", ["forwarded", "x-forwarded-for"])
+def test_a_forwarding_header_longer_than_any_proxy_chain_falls_back_to_the_peer(
+    tmp_path: Path, proxy_header: str
+) -> None:
+    flood = '"' + '\\"' * 8000 if proxy_header == "forwarded" else ",".join([SPOOFED] * 1000)
+    header = [(proxy_header.encode(), f"{flood}, for={VISITOR}".encode())]
+    assert seen_as(tmp_path, "127.0.0.1", header, proxy_header=proxy_header) == "127.0.0.1"
+
+
+def test_forwarded_elements_and_their_for_nodes_parse_in_one_pass() -> None:
+    assert forwarded_for('for=192.0.2.60;proto=http;by=203.0.113.43, For="[2001:db8::1]:4711"') == [
+        "192.0.2.60",
+        "[2001:db8::1]:4711",
+    ]
+    assert forwarded_for("proto=https, for=198.51.100.17") == ["", "198.51.100.17"]
+    assert forwarded_for('for="a\\"b"') == ['a"b']
+    assert forwarded_for('for=1.2.3.4;x="') is None
+    assert forwarded_for('for=1.2"3.4') is None

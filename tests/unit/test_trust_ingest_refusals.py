@@ -221,3 +221,16 @@ def test_counts_that_cannot_be_stored_are_logged_with_how_many_refusals_they_hel
     assert asyncio.run(pipe.store_suppressed(MINUTE + MINUTE_MS)) == 0  # the flushing task keeps going
     [record] = [r for r in caplog.records if r.getMessage() == "refusal counts not stored"]
     assert record.levelname == "ERROR" and getattr(record, "fields", {})["refusals"] == 4
+
+
+def test_a_refusal_stamped_in_an_earlier_minute_does_not_reopen_it() -> None:
+    # A slow body carries the minute it started in; reopening that minute would reset every allowance.
+    limiter = RefusalLimiter(per_minute=1)
+    now = 5 * MINUTE_MS
+
+    def admit(at_ms: int) -> bool:
+        return limiter.admit(client_hash="c", site_id="", kind="invalid_json", status=400, now_ms=at_ms)
+
+    assert admit(now + 1)
+    assert not admit(now - 1), "the earlier minute is not opened again"
+    assert not admit(now + 2)

@@ -166,3 +166,13 @@ def test_ingest_keeps_the_query_parameters_the_site_allows(tmp_path: Path) -> No
     assert isinstance(parsed, ParsedBody)
     asyncio.run(pipeline.accept(parsed, RequestFacts("198.18.0.1", CHROME, 2)))
     assert [json.loads(r)["url"] for r in records] == [f"https://{SITE}/s?page=2"]
+
+
+def test_a_percent_encoded_parameter_fragment_is_no_route() -> None:
+    assert normalise_url("https://a.example/app#token%3Dabc", hash_routing=True).url == "https://a.example/app"
+    assert normalise_url("https://a.example/app#/orders/2", hash_routing=True).url == "https://a.example/app#/orders/2"
+
+
+def test_a_referrer_that_is_no_web_or_app_page_is_not_stored() -> None:
+    assert stored_referrer("javascript://a.example/%0aalert(1)") is None
+    assert stored_referrer("android-app://com.google.android.gm/") == "android-app://com.google.android.gm/"
