@@ -121,7 +121,7 @@ def audit(
     if end < start:
         raise AuditError(f"--to {end} is before --from {start}")
     if find_table(settings, RAW_PAGEVIEWS) is None:
-        raise AuditError(f"no raw table at {settings.table_uri('raw.pageviews')}: start the archiver (tally up) first")
+        raise AuditError(f"no raw table at {settings.table_uri(RAW_PAGEVIEWS)}: start the archiver (tally up) first")
     dates = _dates(start, end)
     now = now or dt.datetime.now(dt.UTC)
     lookback = settings.quality.audit_lookback_hours
