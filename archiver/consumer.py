@@ -19,6 +19,7 @@ This module is the loop that wires the units, each readable and testable on its 
 
 from __future__ import annotations
 
+import datetime as dt
 import faulthandler
 import logging
 import signal
@@ -74,7 +75,11 @@ class Archiver:
         self.tables = tables if tables is not None else raw_tables(settings)
         self.raw, self.rejected = self.tables[RAW_PAGEVIEWS], self.tables[RAW_REJECTED]
         self.consumer = new_consumer(settings)
-        self.lag: LagExport = lag if lag is not None else LagGauges(self.tables)
+        self.lag: LagExport = (
+            lag
+            if lag is not None
+            else LagGauges(self.tables, alert_after=dt.timedelta(minutes=settings.alerts.lag_minutes))
+        )
         self.commit = BatchCommit(raw=self.raw, rejected=self.rejected)
         self.duplicates = 0  # events dropped as second copies by the last batch routed
         self._stopping = False

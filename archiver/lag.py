@@ -8,16 +8,22 @@ archiver's consumer last fetched (no request of its own, every loop pass), and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from prometheus_client import Gauge
 
 from archiver.tables import raw_tables
 from archiver.types import ArchivedOffsets
+from tally.lag import LagAlarm, OffsetClock, Partition
 from tally.settings import Settings
 
 LAG = Gauge("tally_archiver_lag_messages", "Messages in Kafka not yet in the raw tables", ["topic", "partition"])
+LAG_SECONDS = Gauge("tally_archiver_lag_seconds", "How long ago Kafka's end was where the raw tables are now")
+
+log = logging.getLogger("tally.archiver")
 
 
 def archived_to(tables: Mapping[str, ArchivedOffsets], topic: str, partition: int) -> int:
@@ -29,18 +35,38 @@ def archived_to(tables: Mapping[str, ArchivedOffsets], topic: str, partition: in
 class LagGauges:
     """The archiver's lag export (:class:`archiver.types.LagExport`): ``tally_archiver_lag_messages``
     per assigned partition, Kafka's high watermark as last fetched (no extra request) minus
-    :func:`archived_to` the raw tables."""
+    :func:`archived_to` the raw tables; and the lag as time (:class:`tally.lag.OffsetClock`),
+    ``tally_archiver_lag_seconds``, logged as an alert past ``alert_after``."""
 
-    def __init__(self, tables: Mapping[str, ArchivedOffsets]) -> None:
+    def __init__(
+        self,
+        tables: Mapping[str, ArchivedOffsets],
+        *,
+        alert_after: dt.timedelta = dt.timedelta(minutes=10),
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
         self.tables = tables
+        self.clock = OffsetClock()
+        self.alarm = LagAlarm("archive", alert_after, log)
+        self._now = clock
 
     def export(self, consumer: Consumer) -> None:
         """Set the gauge of every partition ``consumer`` is assigned whose watermark it knows."""
+        ends: dict[Partition, int] = {}
+        done: dict[Partition, int] = {}
         for tp in consumer.assignment():
             _, high = consumer.get_watermark_offsets(tp, cached=True)
             if high is not None and high >= 0:
-                done = archived_to(self.tables, tp.topic, tp.partition)
-                LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, high - done))
+                key = (tp.topic, tp.partition)
+                ends[key], done[key] = high, archived_to(self.tables, tp.topic, tp.partition)
+                LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, high - done[key]))
+        if ends:
+            now = self._now()
+            self.clock.record_end(now, ends)
+            lag = self.clock.lag(now, done)
+            if lag is not None:
+                LAG_SECONDS.set(lag.total_seconds())
+            self.alarm.observe(lag)
 
 
 def archive_lag(settings: Settings, raw: Mapping[str, ArchivedOffsets] | None = None) -> dict[tuple[str, int], int]:

@@ -28,6 +28,9 @@ from ops.stack import services, stack_env
 from tally.settings import load_settings
 
 
+BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+
+
 def send_steadily(url: str, site: str, rate: float, seconds: float, sent: dict[str, float], refused: list[str]) -> None:
     """Open loop: one beacon every 1/rate s, each with a unique path; records its send time."""
     client = httpx.Client(timeout=10)
@@ -40,7 +43,11 @@ def send_steadily(url: str, site: str, rate: float, seconds: float, sent: dict[s
         body = {"id": str(uuid.uuid4()), "s": site, "u": f"https://{site}{path}", "te": now, "ts": now}
         # A client address per visitor (ingest trusts X-Forwarded-For from loopback), so the
         # per-client hourly limit does not refuse the load.
-        headers = {"Content-Type": "text/plain", "X-Forwarded-For": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"}
+        headers = {
+            "Content-Type": "text/plain",
+            "X-Forwarded-For": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}",
+            "User-Agent": BROWSER,  # httpx's own agent is a crawler's, and views leave crawlers out
+        }
         sent[path] = time.monotonic()
         if client.post(url, content=json.dumps(body), headers=headers).status_code != 202:
             refused.append(path)

@@ -8,15 +8,30 @@ and so is an all-site audit: the page shows those only to viewers granted every 
 from __future__ import annotations
 
 import datetime as dt
+import time
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import pyarrow.compute as pc
 
 from dashboard.queries import Aggregates, Range
 from tally.settings import Settings
-from tally.storage import archived_offset, read_frame
+from tally.storage import archived_offset, find_table, read_frame
 from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_RESULTS_SCHEMA
-from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_RESULTS, TRAFFIC_1M
+from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_RESULTS, RAW_PAGEVIEWS, TRAFFIC_1M
+
+
+@dataclass(frozen=True)
+class ArchiveLag:
+    """Messages Kafka holds that the raw tables do not, and when the oldest of them reached Kafka."""
+
+    messages: int
+    oldest: dt.datetime | None = None  # None when nothing is behind (or its time is unknown)
+
+    def age(self, now: dt.datetime) -> dt.timedelta:
+        """How long the oldest unarchived message has waited (zero when none waits)."""
+        return max(dt.timedelta(0), now - self.oldest) if self.oldest else dt.timedelta(0)
 
 
 def last_window_end(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetime | None:
@@ -43,11 +58,13 @@ def late_events(agg: Aggregates, days: Range) -> int:
     return int(pc.sum(rows["late_rows"]).as_py() or 0)
 
 
-def archive_lag_total(settings: Settings, *, probe_timeout: float = 2.0, timeout: float = 10.0) -> int | None:
-    """Messages in Kafka that raw.pageviews and raw.rejected do not hold yet; None when the broker does not answer.
+def archive_lag_total(settings: Settings, *, probe_timeout: float = 2.0, timeout: float = 10.0) -> ArchiveLag | None:
+    """Messages in Kafka that raw.pageviews and raw.rejected do not hold yet, and the time the oldest
+    of them was written to Kafka; None when the broker does not answer.
 
     Kafka gives each partition's end offset; the raw tables' own commits say how far they hold it
-    (:func:`tally.storage.archived_offset`), as the archiver's lag gauge measures it.
+    (:func:`tally.storage.archived_offset`), as the archiver's lag gauge measures it. The oldest
+    waiting message of each partition is read for its Kafka timestamp.
     """
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -55,19 +72,68 @@ def archive_lag_total(settings: Settings, *, probe_timeout: float = 2.0, timeout
     # log_level 0: a broker that is down is shown as "unknown", not logged on every page view.
     consumer = Consumer({**k.client_config(), "group.id": "tally-dashboard-lag", "log_level": 0})
     try:
-        total = 0
+        total, waiting = 0, []
         for topic in (k.pageviews_topic, k.rejected_topic):
             for partition in sorted(consumer.list_topics(topic, timeout=probe_timeout).topics[topic].partitions):
                 ends = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
                 if ends is None:  # no answer in time
                     return None
                 low, high = ends
-                total += max(0, high - max(archived_offset(settings, topic, partition), low))
-        return total
+                done = max(archived_offset(settings, topic, partition), low)
+                total += max(0, high - done)
+                if high > done:
+                    waiting.append(TopicPartition(topic, partition, done))
+        return ArchiveLag(total, _oldest_timestamp(consumer, waiting, timeout=probe_timeout))
     except KafkaException:
         return None
     finally:
         consumer.close()
+
+
+def _oldest_timestamp(consumer: Any, positions: list[Any], *, timeout: float) -> dt.datetime | None:
+    """The earliest Kafka timestamp of the messages at ``positions`` (one per partition); None if none came."""
+    if not positions:
+        return None
+    consumer.assign(positions)
+    oldest: int | None = None
+    pending = {(p.topic, p.partition) for p in positions}
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is None or message.error():
+            continue
+        if (message.topic(), message.partition()) in pending:
+            pending.discard((message.topic(), message.partition()))
+            _, millis = message.timestamp()
+            if millis > 0:
+                oldest = millis if oldest is None else min(oldest, millis)
+    return dt.datetime.fromtimestamp(oldest / 1000, dt.UTC) if oldest is not None else None
+
+
+def newest_raw_event(settings: Settings, site_id: str, today: dt.date) -> dt.datetime | None:
+    """The newest archived event of a site today or yesterday (event time), or None. Crawlers are
+    left out, as the views leave them out."""
+    table = find_table(settings, RAW_PAGEVIEWS)
+    if table is None:
+        return None
+    condition = (
+        (pc.field("event_date") >= today - dt.timedelta(days=1))
+        & (pc.field("event_date") <= today)
+        & (pc.field("site_id") == site_id)
+        & ~pc.field("is_bot")
+    )
+    times = table.to_pyarrow_dataset().to_table(columns=["event_time"], filter=condition).column("event_time")
+    newest = pc.max(times).as_py() if len(times) else None
+    return dt.datetime.fromtimestamp(newest / 1000, dt.UTC) if newest is not None else None
+
+
+def views_behind(newest_raw: dt.datetime | None, last_window: dt.datetime | None, today: dt.date) -> dt.timedelta:
+    """How far the views' newest minute (None: none since yesterday began) trails the newest
+    archived event of today or yesterday; zero when they are level or nothing was archived."""
+    if newest_raw is None:
+        return dt.timedelta(0)
+    since = last_window or dt.datetime.combine(today - dt.timedelta(days=1), dt.time(), dt.UTC)
+    return max(dt.timedelta(0), newest_raw - since)
 
 
 def latest_checks(settings: Settings) -> pd.DataFrame:

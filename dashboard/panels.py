@@ -16,6 +16,7 @@ from dashboard import health
 from dashboard.export import safe_csv
 from dashboard.queries import Aggregates, Range, Totals, realtime_visitors
 from dashboard.view import Step, View
+from tally.lag import describe_lag
 from tally.settings import Settings
 from tally.sketches import Estimate
 
@@ -219,13 +220,30 @@ def data_health(
     """Freshness and this site's audit for everyone; whole-instance figures only when ``every_site``."""
     st.subheader("Data health")
     cells = st.columns(3)
+    limit = dt.timedelta(minutes=settings.alerts.lag_minutes)
     last = health.last_window_end(agg, site_id, now.date())
     age = max(0.0, (now - last).total_seconds() / 60) if last else None
     cells[0].metric("Last data", f"{age:.0f} min ago" if age is not None else "none today or yesterday")
+    behind = health.views_behind(health.newest_raw_event(settings, site_id, now.date()), last, now.date())
+    if behind > limit:
+        st.error(
+            f"Alert: the views are {describe_lag(behind)} behind the archived events of this site (limit"
+            f" `alerts.lag_minutes` = {settings.alerts.lag_minutes}). Is the views job running? See `tally status`"
+            " and the views log; `tally backfill` recomputes any dates it missed."
+        )
     if every_site:
         lag = health.archive_lag_total(settings)
-        shown_lag = f"{lag:,}" if lag is not None else "broker unreachable"
+        lag_age = lag.age(now) if lag is not None else dt.timedelta(0)
+        shown_lag = f"{lag.messages:,}" if lag is not None else "broker unreachable"
+        if lag is not None and lag.messages:
+            shown_lag += f", oldest {describe_lag(lag_age)}"
         cells[1].metric("Archive lag, every site (messages)", shown_lag)
+        if lag_age > limit:
+            st.error(
+                f"Alert: the oldest message not yet archived has waited {describe_lag(lag_age)} in Kafka (limit"
+                f" `alerts.lag_minutes` = {settings.alerts.lag_minutes}). Is the archiver running? See `tally status`"
+                " and the archiver log; Kafka keeps messages for `kafka.retention_hours` only."
+            )
         late = f"{health.late_events(agg, days):,}"
         cells[2].metric("Late events in range, every site", late, help="Fixed by `tally backfill`.")
         st.markdown("**Data-quality checks**, every site (newest per table, partition and check; failures first)")

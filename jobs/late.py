@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from jobs.delta_sink import upsert
+from tally.lag import LagAlarm
 from tally.log import kv
 from tally.settings import Settings
 from tally.tables import LATE_EVENTS
@@ -31,6 +32,9 @@ BATCHES = Counter("tally_views_batches", "Micro-batches completed", ["query"])
 INPUT_ROWS = Counter("tally_views_input_rows", "Kafka rows read by a view query", ["query"])
 WATERMARK = Gauge("tally_views_watermark_seconds", "Event-time watermark of a view query (epoch s)", ["query"])
 BATCH_SECONDS = Gauge("tally_views_batch_seconds", "Duration of a view query's last micro-batch", ["query"])
+LAG_SECONDS = Gauge(
+    "tally_views_lag_seconds", "Longest an event of a view query's last batch may have waited in Kafka", ["query"]
+)
 
 _SCHEMA = "query STRING, batch_id BIGINT, recorded_at TIMESTAMP, watermark TIMESTAMP, late_rows BIGINT, event_date DATE"
 
@@ -50,13 +54,28 @@ def _parse_time(value: Any) -> dt.datetime | None:
     return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
-class LateEventsListener(StreamingQueryListener):
-    """Collects per-batch late-row counts (and progress metrics) from every view query."""
+def batch_lag(
+    previous_start: dt.datetime | None, start: dt.datetime, duration: dt.timedelta, rows: int
+) -> dt.timedelta:
+    """The longest an event of a batch may have waited: every batch reads all Kafka holds when it
+    starts, so a batch's events arrived after the previous batch started, and were done when this
+    one ended. A batch that read nothing leaves nothing waiting."""
+    if not rows:
+        return dt.timedelta(0)
+    return start + duration - (previous_start or start)
 
-    def __init__(self) -> None:
+
+class LateEventsListener(StreamingQueryListener):
+    """Collects per-batch late-row counts (and progress metrics) from every view query, and
+    raises the lag alert (``alerts.lag_minutes``) of a query whose events wait too long."""
+
+    def __init__(self, *, lag_limit: dt.timedelta = dt.timedelta(minutes=10)) -> None:
         self._pending: list[LateBatch] = []
         self._lock = threading.Lock()
         self.total_late = 0
+        self.lag_limit = lag_limit
+        self._alarms: dict[str, LagAlarm] = {}
+        self._last_start: dict[str, dt.datetime] = {}
 
     def onQueryStarted(self, event: Any) -> None:
         log.info("view query started", extra=kv(query=event.name, id=str(event.id)))
@@ -81,6 +100,7 @@ class LateEventsListener(StreamingQueryListener):
                     sink_ms=durations.get("addBatch"),
                 ),
             )
+        self._observe_lag(name, _parse_time(progress.timestamp), durations.get("triggerExecution", 0), progress)
         watermark = _parse_time((progress.eventTime or {}).get("watermark"))
         if watermark is not None:
             WATERMARK.labels(name).set(watermark.timestamp())
@@ -94,6 +114,17 @@ class LateEventsListener(StreamingQueryListener):
                 "late events dropped by a view; a backfill of their date counts them",
                 extra=kv(query=name, batch_id=progress.batchId, late_rows=late, watermark=str(watermark)),
             )
+
+    def _observe_lag(self, name: str, start: dt.datetime | None, duration_ms: int, progress: Any) -> None:
+        if start is None:
+            return
+        lag = batch_lag(
+            self._last_start.get(name), start, dt.timedelta(milliseconds=duration_ms), progress.numInputRows
+        )
+        self._last_start[name] = start
+        LAG_SECONDS.labels(name).set(lag.total_seconds())
+        alarm = self._alarms.setdefault(name, LagAlarm(f"views ({name})", self.lag_limit, log))
+        alarm.observe(lag)
 
     def onQueryIdle(self, event: Any) -> None:
         pass

@@ -236,7 +236,8 @@ def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
     spark = spark_session(settings, "tally-views", extra=scheduler_pools(settings))
     checkpoints = checkpoint_root or default_checkpoints(settings)
     journal = PendingJournal(spark, f"{checkpoints.rstrip('/')}/rollups-pending.json")
-    job = ViewJob(spark, settings, rollups=Rollups(settings, journal))
+    lag_limit = dt.timedelta(minutes=settings.alerts.lag_minutes)
+    job = ViewJob(spark, settings, rollups=Rollups(settings, journal), late=LateEventsListener(lag_limit=lag_limit))
     assert job.rollups is not None
     job.rollups.recover(spark)
     spark.streams.addListener(job.late)

@@ -187,12 +187,20 @@ class IngestSettings:
     # How long the Kafka producer waits to fill a batch. Longer: fewer, bigger produce requests
     # (less CPU for ingest and broker per event) but every 202 waits that much longer.
     linger_ms: float = 10.0
+    # How long a request waits for Kafka's acknowledgement before the event is fsync'd to the
+    # spool instead and answered 202 (a partition leader election must not stall the visitor);
+    # the replay and event_id deduplication downstream make a later duplicate harmless.
+    ack_timeout_ms: int = 500
 
     def __post_init__(self) -> None:
         import ipaddress  # only this check needs it; ingest parses the ranges once at start-up
 
         if not 0 <= self.linger_ms <= 1000:
             raise SettingsError(f"ingest.linger_ms: {self.linger_ms} must be between 0 and 1000 (milliseconds)")
+        if not 50 <= self.ack_timeout_ms <= 60000:
+            raise SettingsError(
+                f"ingest.ack_timeout_ms: {self.ack_timeout_ms} must be between 50 and 60000 (milliseconds)"
+            )
         for proxy in self.trusted_proxies:
             try:
                 ipaddress.ip_network(proxy)
@@ -297,6 +305,15 @@ class QualitySettings:
 
 
 @dataclass(frozen=True)
+class AlertSettings:
+    lag_minutes: int = 10  # an archive or views lag growing this long is logged as an alert and shown red
+
+    def __post_init__(self) -> None:
+        if self.lag_minutes < 1:
+            raise SettingsError(f"alerts.lag_minutes: {self.lag_minutes} must be at least 1 (minutes)")
+
+
+@dataclass(frozen=True)
 class SiteSettings:
     site_id: str
     domains: tuple[str, ...] = ()
@@ -327,6 +344,7 @@ class Settings:
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
     traffic: TrafficSettings = field(default_factory=TrafficSettings)
     quality: QualitySettings = field(default_factory=QualitySettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
     sites: tuple[SiteSettings, ...] = ()
     schedule: tuple[ScheduledJob, ...] = ()
 

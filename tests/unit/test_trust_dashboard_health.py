@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 import dashboard.health
 from dashboard.auth import load_users, session_record, write_file_users
+from dashboard.health import ArchiveLag
 from dashboard.login import SESSION_KEY
 from dashboard.share_links import ShareLinks
 from tally.quarantine import PartitionStatus
@@ -117,7 +118,9 @@ def seed_warehouse(settings: Settings) -> None:
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
     monkeypatch.setenv("TALLY_ENV", "test")
-    monkeypatch.setattr(dashboard.health, "archive_lag_total", lambda settings, **_: LAG)  # no broker needed
+    monkeypatch.setattr(
+        dashboard.health, "archive_lag_total", lambda settings, **_: ArchiveLag(LAG)
+    )  # no broker needed
     settings = load_settings()
     seed_warehouse(settings)
     return settings
