@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from jobs.sketch_columns import digest_of_values, merged_digest, merged_visitors_sketch, visitors_sketch
 from jobs.views import GRAIN_INTERVAL, dimension_value, event_date, is_pageview, reportable
 from tally.dimensions import ALL, TRAFFIC_DIMENSIONS, Grain
+from tally.spans import spark_interval
 
 # The hopping "active visitors" window: its length and its step.
 ACTIVE_WINDOW = dt.timedelta(minutes=5)
@@ -120,7 +121,7 @@ def roll_up(finer: DataFrame, grain: Grain) -> DataFrame:
 
 def active_visitors(minutes: DataFrame) -> DataFrame:
     """Hopping windows of 5 minutes every minute, from the site-total 1-minute rows."""
-    window = F.window("window_start", _interval(ACTIVE_WINDOW), _interval(ACTIVE_STEP))
+    window = F.window("window_start", spark_interval(ACTIVE_WINDOW), spark_interval(ACTIVE_STEP))
     return (
         minutes.where(F.col("dimension") == ALL)
         .groupBy(F.col("site_id"), window.alias("w"))
@@ -137,7 +138,3 @@ def active_visitors(minutes: DataFrame) -> DataFrame:
             event_date("w.start"),
         )
     )
-
-
-def _interval(span: dt.timedelta) -> str:
-    return f"{int(span.total_seconds())} seconds"
