@@ -27,7 +27,6 @@ from ops.processes import Supervisor
 from ops.stack import services, stack_env
 from tally.settings import load_settings
 
-
 BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
 
 
