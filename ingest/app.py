@@ -44,6 +44,7 @@ from ingest.pipeline import Outcome, Pipeline, log_startup
 from ingest.proxies import ClientAddress
 from ingest.ratelimit import BlockList, RateLimiter
 from ingest.spool import Spool
+from tally.log import setup_logging
 from tally.settings import Settings, load_settings
 
 SNIPPET = Path(__file__).parent / "static" / "t.min.js"
@@ -223,11 +224,13 @@ async def snippet(request: Request) -> Response:
 
 
 async def healthz(request: Request) -> Response:
-    """``GET /healthz``: ``degraded`` while events go to the spool instead of Kafka."""
+    """``GET /healthz``: ``ok``; ``draining`` while the spool is being replayed to Kafka; ``degraded``
+    while events wait in the spool and are not draining (Kafka down or slow, a replay failing)."""
     store: DurableLog = request.app.state["durable_log"]
     blocks: BlockList = request.app.state["blocks"]
-    status = "degraded" if store.degraded or store.spool.spooled else "ok"
-    return JSONResponse({"status": status, "spooled": store.spool.spooled, "blocked_clients": len(blocks)})
+    health = store.health()
+    body = {"status": health.status, "spooled": health.spooled, "spool_bytes": health.spool_bytes}
+    return JSONResponse(body | {"blocked_clients": len(blocks)})
 
 
 async def openapi(request: Request) -> Response:
@@ -250,10 +253,11 @@ async def preflight(_request: Request) -> Response:
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     """One worker's life: connect to Kafka, put the pipeline and its durable log on ``app.state``,
     replay the spool and flush the counters in the background; close it all on the way out."""
+    setup_logging()  # uvicorn's spawned workers do not inherit the parent's handlers: without it, no fields
     state = app.state
     settings: Settings = state.settings
     kafka = EventLog(client_config=settings.kafka.client_config(), linger_ms=settings.ingest.linger_ms)
-    store = DurableLog(kafka, Spool(settings.home_dir / "spool"))
+    store = DurableLog(kafka, Spool(settings.home_dir / "spool"), ack_timeout_ms=settings.ingest.ack_timeout_ms)
     follower = BlockFollower(
         client_config=settings.kafka.client_config(), topic=settings.kafka.ratelimit_topic, blocks=state.blocks
     )

@@ -1,44 +1,72 @@
 """Answer 202 only when events are safe: in Kafka, or fsync'd to the local spool.
 
-While Kafka is unreachable every event goes to the spool (so order is kept) and the
-endpoint reports ``degraded``; a replayer sends the spool to Kafka in order once the broker
-answers again, then ingest returns to writing to Kafka directly.
+While Kafka is unreachable, or slower to acknowledge than ``ingest.ack_timeout_ms`` (a partition
+leader election), every event goes to the spool (so order is kept) and the endpoint reports
+``degraded``; a replayer sends the spool to Kafka in order once the broker answers again
+(``draining``), then ingest returns to writing to Kafka directly (``ok``). The replayer
+survives every error: it logs it, waits (longer after each failure in a row) and tries again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from dataclasses import dataclass
 from itertools import islice
 
-from ingest.eventlog import AppendFailed, EventLog
+from ingest.eventlog import AckTimeout, AppendFailed, EventLog
 from ingest.spool import Record, Spool
 from tally.log import kv
+from tally.settings import IngestSettings
 
 log = logging.getLogger("tally.ingest.durable")
 
 REPLAY_CHUNK = 2000
+REPLAY_INTERVAL_S = 1.0
+MAX_BACKOFF_S = 10.0  # between replay attempts after failures in a row
+DRAINING_FRESH_S = 15.0  # the replayer is draining if it sent a chunk this recently (> the delivery timeout)
+
+
+@dataclass(frozen=True)
+class Health:
+    """What ``/healthz`` reports: ``ok``, ``draining`` (the spool is being replayed) or ``degraded``."""
+
+    status: str
+    spooled: int  # records in this worker's spool
+    spool_bytes: int  # bytes in every worker's spool file (dead workers' too)
 
 
 class DurableLog:
-    """Kafka first; the spool when Kafka fails; replay in order when it is back."""
+    """Kafka first; the spool when Kafka fails or is slow; replay in order when it is back."""
 
-    def __init__(self, kafka: EventLog, spool: Spool) -> None:
+    def __init__(
+        self, kafka: EventLog, spool: Spool, *, ack_timeout_ms: int | None = IngestSettings.ack_timeout_ms
+    ) -> None:
+        """``ack_timeout_ms``: how long a request waits for Kafka before its records go to the spool."""
         self.kafka = kafka
         self.spool = spool
-        self.degraded = False
+        self.ack_timeout_s = ack_timeout_ms / 1000 if ack_timeout_ms else None
+        self.degraded = False  # new records go to the spool until a replay succeeds
+        self.replay_failures = 0  # replay attempts failed in a row
+        self._sent_at = float("-inf")  # monotonic time the replayer last got a chunk into Kafka
 
     async def append(self, records: list[Record]) -> str:
-        """Store records durably; return where: ``"kafka"`` or ``"spool"``."""
+        """Store records durably; return where: ``"kafka"`` or ``"spool"``.
+
+        Raises :class:`ingest.spool.SpoolWriteFailed` when they had to go to the spool and it
+        could not take them: nothing of them is stored, the request must be refused.
+        """
         if self.degraded or self.spool.spooled:
             self.spool.append(records)
             return "spool"
         try:
-            await self.kafka.append(records)
+            await self.kafka.append(records, timeout_s=self.ack_timeout_s)
             return "kafka"
         except AppendFailed as e:
             if not self.degraded:
-                log.warning("kafka unavailable, spooling", extra=kv(error=str(e)))
+                what = "kafka slow to acknowledge" if isinstance(e, AckTimeout) else "kafka unavailable"
+                log.warning(f"{what}, spooling", extra=kv(error=str(e)))
             self.degraded = True
             self.spool.append(records)
             return "spool"
@@ -47,9 +75,15 @@ class DurableLog:
         it = iter(records)
         while chunk := list(islice(it, REPLAY_CHUNK)):
             await self.kafka.append(chunk)
+            self._sent_at = time.monotonic()
+            self.replay_failures = 0  # progress: draining, and the next attempt comes without delay
 
     async def replay_once(self) -> int:
-        """Send spooled records (dead workers' files first, then ours) to Kafka; return how many."""
+        """Send spooled records (dead workers' files first, then ours) to Kafka; return how many.
+
+        Kafka failing leaves ingest degraded (counted in :attr:`replay_failures`); any other
+        error (spool I/O) propagates to :meth:`replay_forever`, which logs it and tries again.
+        """
         sent = 0
         try:
             with self.spool.orphans() as files:
@@ -64,16 +98,46 @@ class DurableLog:
                 sent += len(records)
                 if offset == self.spool.size():  # no await since the read: nothing was appended meanwhile
                     self.spool.truncate()
-            if self.degraded:
-                log.info("kafka back, spool replayed", extra=kv(records=sent))
-            self.degraded = False
-        except AppendFailed:
+        except AppendFailed as e:
             self.degraded = True
+            self._failed(e, sent)
+            return sent
+        if self.degraded or sent:
+            log.info("kafka back, spool replayed", extra=kv(records=sent))
+        self.degraded = False
+        self.replay_failures = 0
         return sent
 
-    async def replay_forever(self, interval_s: float = 1.0) -> None:
+    def _failed(self, error: BaseException, sent: int) -> None:
+        self.replay_failures += 1
+        log.warning(
+            "spool replay failed; will retry",
+            extra=kv(error=str(error) or type(error).__name__, sent=sent, failures=self.replay_failures),
+        )
+
+    def backoff_s(self, interval_s: float = REPLAY_INTERVAL_S) -> float:
+        """Wait before the next replay attempt: the interval, doubled per failure in a row, capped."""
+        return min(interval_s * 2.0 ** min(self.replay_failures, 10), MAX_BACKOFF_S)
+
+    async def replay_forever(self, interval_s: float = REPLAY_INTERVAL_S) -> None:
+        """Replay whenever something is spooled, for the worker's life: no error ends the loop."""
         while True:
-            await asyncio.sleep(interval_s)
-            orphans = any(p != self.spool.path for p in self.spool.folder.glob("*.spool"))
-            if self.degraded or self.spool.spooled or orphans:
-                await self.replay_once()
+            await asyncio.sleep(self.backoff_s(interval_s))
+            try:
+                if self.degraded or self.spool.spooled or self.spool.has_orphans():
+                    await self.replay_once()
+            except Exception as e:  # the loop must outlive anything; the next attempt may succeed
+                self._failed(e, 0)
+                log.exception("spool replay error", extra=kv(error_type=type(e).__name__))
+
+    def health(self) -> Health:
+        """``ok`` when nothing waits in any spool file; ``draining`` while the replayer is getting the
+        spool into Kafka; ``degraded`` when it is not (Kafka failing or slow, a replay failing)."""
+        spool_bytes = self.spool.pending_bytes()
+        if not spool_bytes and not self.degraded:
+            status = "ok"
+        elif self.replay_failures == 0 and time.monotonic() - self._sent_at < DRAINING_FRESH_S:
+            status = "draining"
+        else:
+            status = "degraded"
+        return Health(status, self.spool.spooled, spool_bytes)

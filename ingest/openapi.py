@@ -62,6 +62,9 @@ def openapi_spec(*, max_batch: int) -> dict[str, Any]:
                         "415": _error("Unsupported content type"),
                         "422": _error("Invalid fields"),
                         "429": _error("Rate limited; see Retry-After"),
+                        "503": _error(
+                            "Kafka is away and the spool cannot store the events (disk full); see Retry-After"
+                        ),
                     },
                 }
             },
@@ -75,14 +78,19 @@ def openapi_spec(*, max_batch: int) -> dict[str, Any]:
                     ],
                     "responses": {
                         code: {"description": "1x1 GIF", "content": {"image/gif": {}}}
-                        for code in ("202", "400", "403", "422", "429")
+                        for code in ("202", "400", "403", "422", "429", "503")
                     },
                 }
             },
             "/healthz": {
                 "get": {
-                    "summary": "Liveness; 'degraded' while events are spooled",
-                    "responses": {"200": {"description": "ok or degraded"}},
+                    "summary": "Liveness, and whether events wait in the spool",
+                    "responses": {
+                        "200": {
+                            "description": "status: ok (nothing waits for Kafka), draining (the spool is being"
+                            " replayed) or degraded (events wait in the spool and are not draining)"
+                        }
+                    },
                 }
             },
             "/t.js": {"get": {"summary": "The tracking snippet", "responses": {"200": {"description": "JavaScript"}}}},

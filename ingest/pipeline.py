@@ -23,7 +23,7 @@ from ingest.enrich import EnrichError, RequestFacts, client_hash, client_of, eve
 from ingest.event_record import EventRecord, encode_record
 from ingest.ratelimit import RateLimiter, RefusalLimiter, SuppressedRefusals
 from ingest.salts import SaltStore
-from ingest.spool import Record
+from ingest.spool import Record, SpoolWriteFailed
 from ingest.types import RecordStore
 from tally.deadletter import dead_letter
 from tally.log import kv
@@ -38,6 +38,14 @@ SUPPRESSED = Counter(
     "tally_ingest_refusals_suppressed_total",
     "Refusals over ratelimit.client_refusals_per_minute: counted in a summary dead letter, not stored whole",
     ["kind"],
+)
+
+UNAVAILABLE_RETRY_AFTER_S = 10  # a full spool disk is an operator's job: ask clients to wait a while
+UNAVAILABLE = Rejection(
+    503,
+    "unavailable",
+    "ingest cannot store events right now (Kafka unavailable and its spool failing); retry later",
+    retry_after_s=UNAVAILABLE_RETRY_AFTER_S,
 )
 
 # A refusal: what to keep as the payload (the body, or one item of it), why, and the site it names.
@@ -128,9 +136,18 @@ class Pipeline:
     async def refuse(self, rejection: Rejection, payload: bytes, received_at: int, client_ip: str) -> Outcome:
         """Refuse a whole request (its body is the payload): a dead letter, within the client's refusal limit."""
         records = self._dead_letters([(payload, rejection, "")], client_ip, received_at)
-        if records:
-            await self.store.append(records)
+        if records and not await self._store(records):
+            return unavailable()
         return Outcome(rejection.status, rejection.body())
+
+    async def _store(self, records: list[Record]) -> str:
+        """Store records; return where (``"kafka"``/``"spool"``), or "" when they could not be stored."""
+        try:
+            return await self.store.append(records)
+        except SpoolWriteFailed as e:
+            EVENTS.labels(outcome="unavailable").inc(len(records))
+            log.error("events refused: not stored", extra=kv(records=len(records), error=str(e)))
+            return ""
 
     def _summary(self, counted: SuppressedRefusals) -> Record:
         """The dead letter that stands for refusals counted instead of stored (ingest/PAYLOAD.md)."""
@@ -157,7 +174,7 @@ class Pipeline:
         refusals = sum(c.count for c in counted)
         try:
             await self.store.append([self._summary(c) for c in counted])
-        except OSError as e:  # Kafka down and the spool's disk failing: say what is lost, keep going
+        except (SpoolWriteFailed, OSError) as e:  # Kafka down and the spool's disk failing: say what is lost
             log.error("refusal counts not stored", extra=kv(records=len(counted), refusals=refusals, error=str(e)))
             return 0
         log.warning("refusals counted, not stored whole", extra=kv(records=len(counted), refusals=refusals))
@@ -234,7 +251,11 @@ class Pipeline:
         topic = self.settings.kafka.pageviews_topic
         records += [(topic, e.visitor_id.encode(), encode_record(e)) for e in events]
         # One append for the whole request: Kafka acknowledges its events and dead letters together.
-        where = await self.store.append(records) if records else ""  # "": every refusal was only counted
+        where = ""  # stays "" when every refusal was only counted
+        if records:
+            where = await self._store(records)
+            if not where:  # nothing of the request was stored: the client must send it again
+                return unavailable()
         if events:
             self.counts.add(self._accepted, len(events))
             self.counts.add(self._stored[where], len(events))
@@ -246,6 +267,11 @@ class Pipeline:
         if parsed.is_batch and invalid:
             body["rejected"] = [r.body() for _, r, _ in invalid]
         return Outcome(202, body)
+
+
+def unavailable() -> Outcome:
+    """503 with Retry-After: the request's events could not be made durable (nothing of it was kept)."""
+    return Outcome(503, UNAVAILABLE.body(), {"Retry-After": str(UNAVAILABLE.retry_after_s)})
 
 
 def log_startup(settings: Settings) -> None:

@@ -18,5 +18,9 @@ class RecordStore(Protocol):
     """
 
     async def append(self, records: list[Record]) -> str:
-        """Store ``(topic, key, value)`` records durably; return where: ``"kafka"`` or ``"spool"``."""
+        """Store ``(topic, key, value)`` records durably; return where: ``"kafka"`` or ``"spool"``.
+
+        Raises :class:`ingest.spool.SpoolWriteFailed` when they could be stored nowhere (Kafka
+        failing and the spool's disk full): nothing of them was kept, the request must be refused.
+        """
         ...
