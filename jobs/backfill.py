@@ -3,6 +3,9 @@
 It replays the archive through the same transform functions as the streaming job and
 atomically replaces those dates in each view (Delta ``replaceWhere``), so running it twice
 gives the same tables, and it counts the late events the stream had to drop.
+
+A date with no raw events (of the site, if one is given) is left as it is, unless the caller
+allows empty dates: after retention or ``forget --before`` the views are that date's only record.
 """
 
 from __future__ import annotations
@@ -47,14 +50,61 @@ class BackfillError(Exception):
 
 @dataclass(frozen=True)
 class BackfillPlan:
+    """What a backfill reads and writes: raw events per date, and the dates it replaces or keeps."""
+
     start: dt.date
     end: dt.date
     site_id: str | None
     raw_events_by_date: dict[dt.date, int]
+    allow_empty: bool = False
 
     @property
     def raw_events(self) -> int:
         return sum(self.raw_events_by_date.values())
+
+    @property
+    def dates(self) -> list[dt.date]:
+        return dates_between(self.start, self.end)
+
+    @property
+    def replaced_dates(self) -> list[dt.date]:
+        return replaced_dates(self.dates, self.raw_events_by_date, allow_empty=self.allow_empty)
+
+    @property
+    def kept_dates(self) -> list[dt.date]:
+        """Dates with no raw events whose views the backfill leaves as they are."""
+        replaced = set(self.replaced_dates)
+        return [d for d in self.dates if d not in replaced]
+
+
+def dates_between(start: dt.date, end: dt.date) -> list[dt.date]:
+    """Every date of ``start..end``, inclusive."""
+    return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def replaced_dates(dates: list[dt.date], raw_events_by_date: dict[dt.date, int], *, allow_empty: bool) -> list[dt.date]:
+    """The ``dates`` a backfill replaces: those with raw events, or every one with ``allow_empty``.
+
+    Replacing a date without raw events writes nothing in place of its view rows; once retention
+    has deleted the raw rows, those rows are the only record left, so only ``allow_empty`` (as
+    ``forget --visitor``, whose visitor may have been a date's only one) clears them.
+    """
+    return list(dates) if allow_empty else [d for d in dates if raw_events_by_date.get(d, 0) > 0]
+
+
+def date_runs(dates: list[dt.date]) -> list[tuple[dt.date, dt.date]]:
+    """``dates`` as runs of consecutive days, (first, last) each, in order.
+
+    A view's dates are replaced by a range predicate, so dates kept inside a chunk split it
+    into runs, each replaced on its own.
+    """
+    runs: list[tuple[dt.date, dt.date]] = []
+    for day in sorted(set(dates)):
+        if runs and runs[-1][1] + dt.timedelta(days=1) == day:
+            runs[-1] = (runs[-1][0], day)
+        else:
+            runs.append((day, day))
+    return runs
 
 
 def raw_rows(spark: SparkSession, settings: Settings, start: dt.date, end: dt.date, site_id: str | None) -> DataFrame:
@@ -95,12 +145,20 @@ def raw_events(rows: DataFrame, *, since: Column | None = None) -> DataFrame:
 MAX_DUPLICATED_IDS = 100_000
 
 
-def plan(spark: SparkSession, settings: Settings, start: dt.date, end: dt.date, site_id: str | None) -> BackfillPlan:
-    """What a backfill would read: raw events per date (the ``--dry-run`` report)."""
+def plan(
+    spark: SparkSession,
+    settings: Settings,
+    start: dt.date,
+    end: dt.date,
+    site_id: str | None,
+    *,
+    allow_empty: bool = False,
+) -> BackfillPlan:
+    """What a backfill would read and replace: raw events per date (the ``--dry-run`` report)."""
     if end < start:
         raise BackfillError(f"--to {end} is before --from {start}")
     counts = raw_events(raw_rows(spark, settings, start, end, site_id)).groupBy("event_date").count().collect()
-    return BackfillPlan(start, end, site_id, {r["event_date"]: r["count"] for r in counts})
+    return BackfillPlan(start, end, site_id, {r["event_date"]: r["count"] for r in counts}, allow_empty)
 
 
 @contextmanager
@@ -149,12 +207,15 @@ def backfill(
     start: dt.date,
     end: dt.date,
     site_id: str | None = None,
+    allow_empty: bool = False,
     progress: bool = True,
 ) -> BackfillPlan:
     """Recompute every view for ``start..end``, ``spark.backfill_chunk_days`` dates at a time.
 
     Each chunk replaces its dates in each view atomically, so memory stays bounded by a chunk
-    whatever the range, and an interrupted backfill leaves every date either old or new.
+    whatever the range, and an interrupted backfill leaves every date either old or new. Dates
+    without raw events (of ``site_id``, if given) are kept unless ``allow_empty``; the returned
+    plan names them.
     """
     if end < start:
         raise BackfillError(f"--to {end} is before --from {start}")
@@ -168,8 +229,8 @@ def backfill(
     bar = tqdm(total=len(chunks) * len(BACKFILL_VIEWS), desc="backfill", unit="view", disable=not progress)
     with bar:
         for chunk_start, chunk_end in chunks:
-            counts |= _backfill_chunk(spark, settings, chunk_start, chunk_end, site_id, bar)
-    return BackfillPlan(start, end, site_id, counts)
+            counts |= _backfill_chunk(spark, settings, chunk_start, chunk_end, site_id, allow_empty, bar)
+    return BackfillPlan(start, end, site_id, counts, allow_empty)
 
 
 def _backfill_chunk(
@@ -178,6 +239,7 @@ def _backfill_chunk(
     start: dt.date,
     end: dt.date,
     site_id: str | None,
+    allow_empty: bool,
     bar: tqdm,  # type: ignore[type-arg]
 ) -> dict[dt.date, int]:
     """Recompute every view for one chunk of dates; returns the raw events per date it read."""
@@ -194,12 +256,20 @@ def _backfill_chunk(
     ):
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
         counts = {d: n for d, n in by_date.items() if start <= d <= end}
+        replaced = replaced_dates(dates_between(start, end), counts, allow_empty=allow_empty)
+        for kept in sorted(set(dates_between(start, end)) - set(replaced)):
+            log.info("no raw events, views kept", extra=kv(date=str(kept), site=site_id))
+        if not replaced:
+            bar.update(len(BACKFILL_VIEWS))
+            return counts
         views = compute_views(events, settings, start, end)
         with _cached(views[TRAFFIC_1M]), _cached(views[TRAFFIC_1H]), _cached(views[SESSIONS]):
             for spec in BACKFILL_VIEWS:
                 bar.set_postfix_str(f"{start}..{end} {spec.table}")
                 began = time.monotonic()
-                replace_dates(views[spec], spec, settings, start=start, end=end, site_id=site_id)
+                # The predicate each write replaces covers exactly the dates (of the site) that had raw events.
+                for first, last in date_runs(replaced):
+                    replace_dates(views[spec], spec, settings, start=first, end=last, site_id=site_id)
                 seconds = round(time.monotonic() - began, 1)
                 log.info("view backfilled", extra=kv(view=spec.table, start=str(start), end=str(end), seconds=seconds))
                 bar.update()

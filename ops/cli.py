@@ -14,7 +14,9 @@ from ops.processes import ProcessError
 from ops.quality_commands import add_audit_arguments, add_check_arguments, run_audit, run_check
 from ops.schedule import add_arguments as add_schedule_arguments
 from ops.schedule import run as run_schedule
-from ops.stack import Stack, dashboard_url, ingest_url
+from ops.stack import WATCHDOG, Stack, dashboard_url, ingest_url
+from ops.systemd import add_arguments as add_systemd_arguments
+from ops.systemd import run as run_systemd
 from tally.jvm import SetupError
 from tally.log import setup_logging
 from tally.settings import Settings, SettingsError, load_settings
@@ -53,12 +55,17 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from ops.broker import broker_answers
 
     rows = Stack(settings).status()
-    print(f"{'SERVICE':<10} {'STATE':<8} {'PID':>7}  {'PORT':>5}  LOG")
+    print(f"{'SERVICE':<10} {'STATE':<8} {'PID':>7}  {'PORT':>5}  {'RESTARTS':>8}  LOG")
     for row in rows:
-        state = "running" if row.running else "stopped"
         pid = str(row.running.pid) if row.running else "-"
         port = str(row.port) if row.port else "-"
-        print(f"{row.name:<10} {state:<8} {pid:>7}  {port:>5}  {row.log}")
+        print(f"{row.name:<10} {row.state:<8} {pid:>7}  {port:>5}  {row.restarts:>8}  {row.log}")
+    for row in rows:
+        if row.state == "failed":
+            print(f"\n{row.name}: the watchdog gave up ({row.gave_up}); see {row.log}, fix it, then run `tally up`")
+    watchdog_down = any(r.name == WATCHDOG and r.state != "running" for r in rows)
+    if watchdog_down and any(r.state == "crashed" for r in rows):
+        print("\nthe watchdog is not running, so nothing restarts the crashed services: run `tally up`")
     print(f"\nkafka: {settings.kafka.servers}  warehouse: {settings.warehouse_uri}")
     if broker_answers(settings.kafka.servers, client_config=settings.kafka.client_config()):
         lag = archive_lag(settings)
@@ -87,6 +94,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     import datetime as dt
 
     from archiver.maintenance import forget, vacuum_now
+    from jobs.backfill import date_runs
     from ops.job_commands import run_backfill
     from ops.processes import Supervisor
     from ops.stack import services
@@ -98,15 +106,22 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     supervisor = Supervisor(settings.home_dir)
     # VACUUM with zero retention must not race a writer's uncommitted files: pause the writers.
     paused = [name for name in ("archiver", "views") if supervisor.stop(name)]
+    code = 0
     try:
         report = forget(settings, site_id=args.site, visitor_id=args.visitor, before=before)
         for table, rows in report.rows_deleted.items():
             print(f"{table}: {rows} rows deleted, {report.files_removed[table]} files removed from storage")
         if report.visitor_dates and not args.no_backfill:
             # Sessions carry visitor ids: rebuild the views of those dates, then drop the old files.
-            start, end = report.visitor_dates[0], report.visitor_dates[-1]
-            print(f"recomputing the views of {start} .. {end} without the visitor:")
-            run_backfill(settings, start=start, end=end, site_id=args.site, dry_run=False, progress=False)
+            # allow_empty: a date the visitor was alone on has no raw events left, and its views must
+            # still be replaced (by nothing), or they would keep counting the forgotten visitor. Only
+            # the visitor's own dates are replaced, so a date emptied by retention keeps its views.
+            for start, end in date_runs(list(report.visitor_dates)):
+                print(f"recomputing the views of {start} .. {end} without the visitor:")
+                rebuilt = run_backfill(
+                    settings, start=start, end=end, site_id=args.site, dry_run=False, allow_empty=True, progress=False
+                )
+                code = code or rebuilt
             removed = vacuum_now(settings, SESSIONS.table)
             print(f"agg.sessions: {removed} files removed from storage")
     finally:
@@ -116,7 +131,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
         f"Kafka still holds these events until its retention ({settings.kafka.retention_hours} h) expires;"
         " the log cannot delete single records. Aggregates other than agg.sessions hold no visitor ids."
     )
-    return 0
+    return code
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
@@ -159,10 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("setup", cmd_setup, "Check Java and Maven; fetch the Kafka broker and Spark package jars from Maven Central.")
-    up = add("up", cmd_up, "Start the stack (broker, ingest, archiver, streaming views, dashboard); idempotent.")
+    up = add(
+        "up",
+        cmd_up,
+        "Start the stack (broker, ingest, archiver, streaming views, dashboard) and a watchdog that restarts"
+        " a crashed service; idempotent.",
+    )
     up.add_argument("--traffic", action="store_true", help="also run the synthetic traffic generator")
     add("down", cmd_down, "Stop every process `tally up` started (and only those).")
-    add("status", cmd_status, "Show which services run, with PID, port and log file.")
+    add("status", cmd_status, "Show which services run, with PID, port, restarts and log file.")
+    systemd = add("systemd", run_systemd, "Write systemd units (Restart=always) to run the stack on a production host.")
+    add_systemd_arguments(systemd)
     sql = add("sql", cmd_sql, "Run Spark SQL over the Delta tables (raw.pageviews, raw.rejected, agg.*).")
     sql.add_argument("query", help='e.g. "SELECT path, COUNT(*) FROM raw.pageviews GROUP BY path"')
     sql.add_argument("--limit", type=int, default=50, help="rows to show (default 50)")

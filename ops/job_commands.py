@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+from typing import TYPE_CHECKING
 
 from tally.settings import Settings
+
+if TYPE_CHECKING:
+    from jobs.backfill import BackfillPlan
 
 RELATIVE_DAYS = {"today": 0, "yesterday": 1}
 
@@ -33,10 +37,22 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", dest="end", type=parse_day, required=True, help="last date, inclusive")
     parser.add_argument("--site", help="only this site_id (default: every site)")
     parser.add_argument("--dry-run", action="store_true", help="show what would be recomputed; write nothing")
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="also replace dates with no raw events, emptying their views (default: keep them as they are)",
+    )
 
 
 def run_backfill(
-    settings: Settings, *, start: dt.date, end: dt.date, site_id: str | None, dry_run: bool, progress: bool = True
+    settings: Settings,
+    *,
+    start: dt.date,
+    end: dt.date,
+    site_id: str | None,
+    dry_run: bool,
+    allow_empty: bool = False,
+    progress: bool = True,
 ) -> int:
     """Run (or plan) a backfill and print its report; the exit code for the CLI."""
     from jobs.backfill import BackfillError, backfill, plan
@@ -46,32 +62,60 @@ def run_backfill(
     spark = spark_session(settings, "tally-backfill")
     try:
         if dry_run:
-            report = plan(spark, settings, start, end, site_id)
+            report = plan(spark, settings, start, end, site_id, allow_empty=allow_empty)
         else:
-            report = backfill(spark, settings, start=start, end=end, site_id=site_id, progress=progress)
+            report = backfill(
+                spark, settings, start=start, end=end, site_id=site_id, allow_empty=allow_empty, progress=progress
+            )
     except BackfillError as e:
         print(f"tally backfill: {e}", file=sys.stderr)
         return 2
-    if not dry_run:
+    if not dry_run and report.replaced_dates:
         # Every backfill is checked: a failing partition is quarantined until fixed.
         from quality.checks import run_checks
 
-        days = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
-        checked = run_checks(settings, dates=days, tables=[spec.table for spec in BACKFILL_VIEWS])
+        checked = run_checks(settings, dates=report.replaced_dates, tables=[spec.table for spec in BACKFILL_VIEWS])
         failed = [f"{o.table} {o.partition_date}" for o in checked.outcomes if o.failed]
         print(f"data-quality suites: {len(checked.outcomes)} partitions checked, {len(failed)} quarantined")
         for name in failed:
             print(f"  quarantined: {name} (see `tally check --table ... --date ...`)")
-    scope = f"site {site_id}" if site_id else "every site"
-    verb = "would replace" if dry_run else "replaced"
-    print(f"{start} .. {end}, {scope}: {report.raw_events:,} raw events")
-    for day in sorted(report.raw_events_by_date):
-        print(f"  {day}: {report.raw_events_by_date[day]:,} events")
-    print(f"{verb} those dates in: " + ", ".join(spec.table for spec in BACKFILL_VIEWS))
+    print("\n".join(backfill_report_lines(report, dry_run=dry_run, views=[spec.table for spec in BACKFILL_VIEWS])))
     return 0
+
+
+def backfill_report_lines(report: BackfillPlan, *, dry_run: bool, views: list[str]) -> list[str]:
+    """The backfill's report: raw events per date, each kept date named, then what was replaced."""
+    would = "would be " if dry_run else ""
+    scope = f"site {report.site_id}" if report.site_id else "every site"
+    lines = [f"{report.start} .. {report.end}, {scope}: {report.raw_events:,} raw events"]
+    kept = set(report.kept_dates)
+    for day in report.dates:
+        events = report.raw_events_by_date.get(day, 0)
+        if events:
+            lines.append(f"  {day}: {events:,} events")
+        else:
+            lines.append(f"  {day}: no raw events, views {would}{'kept' if day in kept else 'emptied'}")
+    replaced = len(report.replaced_dates)
+    lines.append(f"{'would replace' if dry_run else 'replaced'} {_dates(replaced)} in: " + ", ".join(views))
+    if kept:
+        lines.append(
+            f"{'would keep' if dry_run else 'kept'} {_dates(len(kept))} without raw events as they were;"
+            " --allow-empty replaces them with nothing"
+        )
+    return lines
+
+
+def _dates(count: int) -> str:
+    return f"{count} date" if count == 1 else f"{count} dates"
 
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     return run_backfill(
-        settings, start=args.start, end=args.end, site_id=args.site, dry_run=args.dry_run, progress=sys.stderr.isatty()
+        settings,
+        start=args.start,
+        end=args.end,
+        site_id=args.site,
+        dry_run=args.dry_run,
+        allow_empty=args.allow_empty,
+        progress=sys.stderr.isatty(),
     )

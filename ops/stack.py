@@ -1,7 +1,8 @@
 """The whole stack on one machine: broker, ingest, archiver, streaming views, dashboard, traffic.
 
 Each part is its own OS process, restartable on its own; all state lives in Kafka, Delta and
-Spark checkpoints under ``<home>``.
+Spark checkpoints under ``<home>``. A watchdog process (:mod:`ops.watch`), started last and
+stopped first, restarts a service that exits unexpectedly.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tally.settings import Settings
 log = logging.getLogger("ops.stack")
 
 ORDER = ("broker", "ingest", "archiver", "views", "dashboard", "traffic")
+WATCHDOG = "watchdog"
 
 
 def http_ok(url: str) -> bool:
@@ -96,12 +98,23 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
     return {name: dataclasses.replace(service, env=env or {}) for name, service in found.items()}
 
 
+def watchdog_service(env: dict[str, str] | None = None) -> Service:
+    """The watchdog that restarts crashed services (``python -m ops.watch``)."""
+    return Service(WATCHDOG, [sys.executable, "-m", "ops.watch"], env=env or {})
+
+
 @dataclass(frozen=True)
 class ServiceStatus:
+    """One row of ``tally status``. ``state``: running, stopped, crashed (the watchdog restarts
+    it after its backoff) or failed (the watchdog gave up: ``gave_up`` says why)."""
+
     name: str
     running: Running | None
     port: int | None
     log: Path
+    state: str = "stopped"
+    restarts: int = 0
+    gave_up: str = ""
 
 
 class Stack:
@@ -126,22 +139,34 @@ class Stack:
             if name == "broker" or (name == "ingest" and not self.settings.kafka.bundled):
                 broker.wait_until_ready(self.settings.kafka.servers, client_config=self.settings.kafka.client_config())
                 broker.ensure_topics(self.settings)
+        already = self.supervisor.find(WATCHDOG)
+        watchdog = self.supervisor.start(watchdog_service())
+        verb = "already running" if already else "started"
+        log.info(f"{WATCHDOG} {verb}", extra=kv(pid=watchdog.pid, log=str(watchdog.log)))
 
     def down(self) -> list[str]:
-        """Stop every running service, in reverse order; return the names stopped."""
+        """Stop the watchdog (so it does not restart what is being stopped), then every service in
+        reverse order; return the names of the services stopped."""
+        if self.supervisor.stop(WATCHDOG):
+            log.info(f"{WATCHDOG} stopped")
         stopped = [name for name in reversed(ORDER) if self.supervisor.stop(name)]
         for name in stopped:
             log.info(f"{name} stopped")
         return stopped
 
     def status(self) -> list[ServiceStatus]:
-        """What runs, with which PID, on which port."""
-        table = services(self.settings)
-        return [
-            ServiceStatus(name, self.supervisor.find(name), table[name].port, self.supervisor.log_dir / f"{name}.log")
-            for name in ORDER
-            if name in table
-        ]
+        """What runs, with which PID, on which port, restarted how often; the watchdog last."""
+        table = services(self.settings) | {WATCHDOG: watchdog_service()}
+        return [self._status(name, table[name].port) for name in (*ORDER, WATCHDOG) if name in table]
+
+    def _status(self, name: str, port: int | None) -> ServiceStatus:
+        running = self.supervisor.find(name)
+        record = self.supervisor.record(name)
+        log_path = self.supervisor.log_dir / f"{name}.log"
+        if record is None:
+            return ServiceStatus(name, None, port, log_path)
+        state = "running" if running else ("failed" if record.gave_up else "crashed")
+        return ServiceStatus(name, running, port, log_path, state, record.restarts, record.gave_up)
 
 
 def free_ports(count: int) -> list[int]:

@@ -51,7 +51,7 @@ def test_up_twice_starts_one_stack_and_down_leaves_nothing(tmp_path: Path) -> No
         assert "dashboard: http://127.0.0.1:" in first.stdout
         procs = recorded_processes(tmp_path / "home")
         service_pids = service_pid_files(tmp_path / "home")
-        assert len(list((tmp_path / "home" / "run").glob("*.json"))) == 5  # broker ingest archiver views dashboard
+        assert set(service_pids) == {"broker", "ingest", "archiver", "views", "dashboard", "watchdog"}
 
         second = tally(env, "up")
         assert second.returncode == 0, second.stderr
@@ -59,16 +59,19 @@ def test_up_twice_starts_one_stack_and_down_leaves_nothing(tmp_path: Path) -> No
         assert service_pid_files(tmp_path / "home") == service_pids  # the same processes, none added
 
         status = tally(env, "status")
-        for service in ("broker", "ingest", "archiver", "views", "dashboard"):
-            assert any(line.startswith(service) and "running" in line for line in status.stdout.splitlines())
+        assert "RESTARTS" in status.stdout.splitlines()[0]
+        for service in ("broker", "ingest", "archiver", "views", "dashboard", "watchdog"):
+            row = next(line.split() for line in status.stdout.splitlines() if line.startswith(service))
+            assert row[1] == "running" and row[4] == "0", row  # STATE, RESTARTS
         assert all(port_in_use(p) for p in ports)
     finally:
         down = tally(env, "down")
     assert down.returncode == 0, down.stderr
     psutil.wait_procs(procs, timeout=10)
     assert alive(procs) == []
-    assert not any(port_in_use(p) for p in ports)
+    assert not any(port_in_use(p) for p in ports)  # the watchdog, stopped first, restarted nothing
     assert "stopped" in tally(env, "status").stdout
+    assert not list((tmp_path / "home" / "run").glob("*.json"))
 
 
 def test_a_taken_port_is_reported_with_what_to_do_and_down_cleans_up(tmp_path: Path) -> None:

@@ -31,9 +31,28 @@ def test_a_service_is_started_once_and_stopped_with_its_children(tmp_path: Path)
     assert supervisor.stop("sleeper") is False
 
 
-def test_a_stale_pid_file_is_not_mistaken_for_a_running_service(tmp_path: Path) -> None:
+def test_a_stale_pid_file_is_not_mistaken_for_a_running_service_and_is_kept_as_a_crash(tmp_path: Path) -> None:
     supervisor = Supervisor(tmp_path)
     supervisor.run_dir.mkdir(parents=True)
-    (supervisor.run_dir / "ghost.json").write_text('{"pid": 1, "created": 0, "log": "x"}')
+    stale = '{"pid": 1, "created": 0, "port": null, "log": "x", "command": ["x"]}'
+    (supervisor.run_dir / "ghost.json").write_text(stale)
+    assert supervisor.find("ghost") is None
+    assert supervisor.recorded() == ["ghost"]  # the watchdog restarts it; only a stop removes the file
+    assert supervisor.stop("ghost") is False
+    assert supervisor.recorded() == []
+
+
+def test_an_unreadable_pid_file_is_removed(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path)
+    supervisor.run_dir.mkdir(parents=True)
+    (supervisor.run_dir / "ghost.json").write_text('{"pid": 1, "created"')
     assert supervisor.find("ghost") is None
     assert not (supervisor.run_dir / "ghost.json").exists()
+
+
+def test_a_pid_file_of_an_older_version_reads_as_never_restarted(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path)
+    supervisor.run_dir.mkdir(parents=True)
+    (supervisor.run_dir / "old.json").write_text('{"pid": 1, "created": 0, "port": 80, "log": "x", "command": []}')
+    record = supervisor.record("old")
+    assert record is not None and record.restarts == 0 and record.crashes == () and record.gave_up == ""
