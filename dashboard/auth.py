@@ -10,12 +10,9 @@ user wins over a file user of the same name. Passwords are stored only as scrypt
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import logging
-import os
 import re
-import secrets
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from dashboard.passwords import hash_password, needs_rehash
+from tally.private_files import folder_lock, write_private
 from tally.settings import DashboardUser, Settings, SettingsError
 
 log = logging.getLogger("tally.dashboard.auth")
@@ -51,29 +49,11 @@ def admin_password_path(settings: Settings) -> Path:
     return state_dir(settings) / "admin-password"
 
 
-def write_private(path: Path, text: str) -> None:
-    """Replace ``path`` atomically with a 0600 file (readers see the old or the new file, never half)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-
-
 @contextmanager
 def state_lock(settings: Settings) -> Iterator[None]:
     """Serialise read-modify-write of the dashboard's files between CLI commands (an exclusive flock)."""
-    folder = state_dir(settings)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with folder_lock(state_dir(settings)):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 # --- users -----------------------------------------------------------------------------------

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode
 
-from dashboard.auth import load_users, state_dir, state_lock, viewer_for_user, write_private
+from dashboard.auth import load_users, state_dir, state_lock, viewer_for_user
 from dashboard.passwords import b64_url, unb64_url
 from dashboard.view import QUERY_KEYS, from_query, to_query
+from tally.private_files import write_private
 from tally.settings import Settings, SettingsError
 
 TOKEN_VERSION = 1

@@ -26,10 +26,10 @@ from dashboard.auth import (
     read_file_users,
     state_lock,
     write_file_users,
-    write_private,
 )
 from dashboard.passwords import hash_password, verify_password
 from dashboard.share_links import ShareLinks, describe_view, parse_view, share_url
+from tally.private_files import write_private
 from tally.settings import DashboardUser, Settings
 
 log = logging.getLogger("tally.ops.access_commands")
