@@ -12,8 +12,10 @@ from typing import cast
 
 import streamlit as st
 
-from dashboard.queries import Aggregates, Range, dimension_values
-from dashboard.view import FILTERS, MAX_FUNNEL_STEPS, PRESETS, Preset, Step, View
+from dashboard.view import MAX_FUNNEL_STEPS, PRESETS, Preset, View
+from query.aggregates import Aggregates, Range, dimension_values
+from query.goals import Step
+from query.raw import FILTERS
 
 ANY = "(any)"
 

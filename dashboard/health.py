@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.compute as pc
 
-from dashboard.queries import Aggregates, Range
+from query.aggregates import Aggregates, Range
 from tally.settings import Settings
 from tally.storage import archived_offset, find_table, read_frame
 from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_RESULTS_SCHEMA

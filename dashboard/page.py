@@ -9,13 +9,13 @@ import streamlit as st
 
 from dashboard import panels
 from dashboard.controls import sidebar
-from dashboard.drilldown import RawQuery
-from dashboard.queries import AggregateReport, Aggregates, Range
 from dashboard.view import PRESETS, View, ViewError, from_query, to_query
+from query.aggregates import AggregateReport, Aggregates, Range
+from query.raw import RawQuery
+from query.report import Report
+from query.sources import Sources
 from tally.quarantine import quarantined
 from tally.settings import Settings
-from tally.storage import find_table
-from tally.tables import RAW_PAGEVIEWS
 
 
 @st.cache_resource(show_spinner=False)
@@ -24,16 +24,9 @@ def aggregates(settings: Settings) -> Aggregates:
     return Aggregates(settings)
 
 
-def _gap_ms(settings: Settings) -> int:
-    return settings.spark.session_gap // dt.timedelta(milliseconds=1)
-
-
 def raw_report(settings: Settings, view: View, days: Range) -> RawQuery | None:
     """A drill-down over raw events, or None before the archiver has written anything."""
-    raw = find_table(settings, RAW_PAGEVIEWS)
-    if raw is None:
-        return None
-    return RawQuery(raw.to_pyarrow_dataset(), view.site, days, view.filters, _gap_ms(settings))
+    return Sources(settings, aggregates(settings)).raw(view.site, days, view.filters)
 
 
 def quarantine_warning(settings: Settings, site_id: str) -> None:
@@ -83,8 +76,8 @@ def show(
     quarantine_warning(settings, view.site)
 
     raw = raw_report(settings, view, days)
-    report: panels.Report = AggregateReport(agg, view.site, days)
-    previous: panels.Report | None = AggregateReport(agg, view.site, Range(*view.previous(today)))
+    report: Report = AggregateReport(agg, view.site, days)
+    previous: Report | None = AggregateReport(agg, view.site, Range(*view.previous(today)))
     if view.filtered:
         if raw is None:
             st.info("No raw events yet, so filters cannot be applied.")

@@ -7,30 +7,19 @@ charts, which Streamlit renders as text; never in Markdown or HTML.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Protocol
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import health
 from dashboard.export import safe_csv
-from dashboard.queries import Aggregates, Range, Totals, realtime_visitors
-from dashboard.view import Step, View
+from dashboard.view import View
+from query.aggregates import Aggregates, Range, Totals, realtime_visitors
+from query.goals import Step
+from query.report import Report
 from tally.lag import describe_lag
 from tally.settings import Settings
 from tally.sketches import Estimate
-
-
-class Report(Protocol):
-    """What a panel reads: ``queries.AggregateReport`` (aggregates) or ``drilldown.RawQuery`` (raw)."""
-
-    exact: bool
-
-    def totals(self) -> Totals: ...
-    def series(self, grain: str) -> pd.DataFrame: ...
-    def top(self, dimension: str, limit: int = 10) -> pd.DataFrame: ...
-    def top_visits(self, dimension: str, limit: int = 10) -> pd.DataFrame: ...
-    def goal(self, step: Step) -> Estimate: ...
 
 
 def visitors_text(estimate: Estimate, exact: bool) -> str:

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from tally.dimensions import RAW_DIMENSION_COLUMNS
+from query.goals import Step
+from query.raw import FILTERS
+from query.spec import QueryError
 
 Preset = Literal["today", "7d", "30d", "90d", "custom"]
 PRESETS: dict[Preset, str] = {
@@ -23,10 +25,6 @@ PRESETS: dict[Preset, str] = {
 }
 _PRESET_DAYS: dict[Preset, int] = {"today": 1, "7d": 7, "30d": 30, "90d": 90}
 
-# Filters the page offers: URL key -> event column in raw.pageviews and dimension in agg.traffic_*.
-FILTERS: dict[str, str] = {
-    key: RAW_DIMENSION_COLUMNS[key] for key in ("page", "source", "country", "device", "browser")
-}
 # Every query parameter a view uses (anything else in a URL is ignored).
 QUERY_KEYS = frozenset({"site", "range", "from", "to", "compare", "goals", "funnel", *(f"f_{k}" for k in FILTERS)})
 MAX_FUNNEL_STEPS = 5
@@ -44,24 +42,6 @@ class ViewError(ValueError):
     def __init__(self, problem: str, value: str | None = None) -> None:
         super().__init__(problem if value is None else f"{problem}, got {value!r}")
         self.problem = problem
-
-
-@dataclass(frozen=True)
-class Step:
-    """A funnel step or goal: a page path (``page:/pricing``) or a custom event (``event:signup``)."""
-
-    kind: Literal["page", "event"]
-    value: str
-
-    @classmethod
-    def parse(cls, text: str) -> Step:
-        kind, sep, value = text.partition(":")
-        if not sep or kind not in ("page", "event") or not value:
-            raise ViewError("a step is 'page:/path' or 'event:name'", text)
-        return cls("page" if kind == "page" else "event", value)
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.value}"
 
 
 @dataclass(frozen=True)
@@ -112,7 +92,10 @@ def _date(key: str, text: str) -> dt.date:
 
 
 def _steps(key: str, text: str) -> tuple[Step, ...]:
-    return tuple(Step.parse(part) for part in text.split(",") if part) if text else ()
+    try:
+        return tuple(Step.parse(part) for part in text.split(",") if part) if text else ()
+    except QueryError as e:
+        raise ViewError(str(e), text) from e
 
 
 def from_query(params: Mapping[str, str], *, default_site: str) -> View:

@@ -8,13 +8,14 @@ import sys
 from collections.abc import Callable
 
 from ops.access_commands import add_share_arguments, add_user_arguments, dashboard_login_line, run_share, run_user
+from ops.apikey_commands import add_apikey_arguments, run_apikey
 from ops.bootstrap import setup
 from ops.job_commands import add_backfill_arguments, cmd_backfill
 from ops.processes import ProcessError
 from ops.quality_commands import add_audit_arguments, add_check_arguments, run_audit, run_check
 from ops.schedule import add_arguments as add_schedule_arguments
 from ops.schedule import run as run_schedule
-from ops.stack import WATCHDOG, Stack, dashboard_url, ingest_url
+from ops.stack import WATCHDOG, Stack, api_url, dashboard_url, ingest_url
 from ops.systemd import add_arguments as add_systemd_arguments
 from ops.systemd import run as run_systemd
 from tally.jvm import SetupError
@@ -38,6 +39,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     print(
         f"\nTally is up.\n  dashboard: {dashboard_url(settings)}\n  {login}"
         f"\n  ingest:    {ingest_url(settings)}/api/event"
+        f"\n  stats API: {api_url(settings)}/api/v2/query (keys: tally apikey create)"
         f'\n  snippet:   <script defer data-site="{settings.traffic.site_id}" src="{ingest_url(settings)}/t.js">'
         "</script>\n  stop with: tally down"
     )
@@ -217,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--rate", type=float, help="beacons per second (default: traffic.rate)")
     traffic.add_argument("--duration", type=float, default=0, help="seconds to run; 0 = until Ctrl-C")
     traffic.add_argument("--target", help="ingest base URL (default: the configured ingest)")
+    apikey = add("apikey", run_apikey, "Create, list and revoke Stats API keys (stored hashed, scoped to sites).")
+    add_apikey_arguments(apikey)
     user = add("user", run_user, "Manage dashboard users (add, list, remove, hash); passwords are stored hashed.")
     add_user_arguments(user)
     share = add("share", run_share, "Create, list and revoke signed, expiring, read-only dashboard share links.")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+import api
 import archiver
 import dashboard
 import ingest
@@ -28,7 +29,7 @@ from tally.settings import Settings
 
 log = logging.getLogger("ops.stack")
 
-ORDER = ("broker", "ingest", "archiver", "views", "dashboard", "traffic")
+ORDER = ("broker", "ingest", "archiver", "views", "dashboard", "api", "traffic")
 WATCHDOG = "watchdog"
 
 
@@ -46,6 +47,10 @@ def ingest_url(settings: Settings) -> str:
 
 def dashboard_url(settings: Settings) -> str:
     return f"http://{settings.dashboard.host}:{settings.dashboard.port}"
+
+
+def api_url(settings: Settings) -> str:
+    return f"http://{settings.api.host}:{settings.api.port}"
 
 
 def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str, Service]:
@@ -93,6 +98,12 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
         ],
         port=settings.dashboard.port,
         ready=lambda: http_ok(dashboard_url(settings) + "/_stcore/health"),
+    )
+    found["api"] = Service(
+        "api",
+        [py, "-m", api.__name__],
+        port=settings.api.port,
+        ready=lambda: http_ok(api_url(settings) + "/healthz"),
     )
     found["traffic"] = Service("traffic", [py, "-m", traffic.__name__])
     return {name: dataclasses.replace(service, env=env or {}) for name, service in found.items()}
@@ -181,7 +192,7 @@ def free_ports(count: int) -> list[int]:
 
 def stack_env(home: Path) -> dict[str, str]:
     """Environment for an isolated Tally: its own home and free ports."""
-    kafka, controller, ingest, dashboard, archiver_metrics, views_metrics, ingest_metrics = free_ports(7)
+    kafka, controller, ingest, dashboard, archiver_metrics, views_metrics, ingest_metrics, stats_api = free_ports(8)
     return {
         "TALLY_ENV": "test",
         "TALLY_HOME": str(home),
@@ -192,4 +203,5 @@ def stack_env(home: Path) -> dict[str, str]:
         "TALLY_DASHBOARD__PORT": str(dashboard),
         "TALLY_ARCHIVER__METRICS_PORT": str(archiver_metrics),
         "TALLY_SPARK__METRICS_PORT": str(views_metrics),
+        "TALLY_API__PORT": str(stats_api),
     }

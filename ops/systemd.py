@@ -31,7 +31,7 @@ from tally.settings import ENV_PREFIX, PROJECT_ROOT, Settings, load_settings
 
 UNIT_PREFIX = "tally-"
 TARGET = "tally.target"
-SERVICES = ("broker", "ingest", "archiver", "views", "dashboard")  # start order; no synthetic traffic
+SERVICES = ("broker", "ingest", "archiver", "views", "dashboard", "api")  # start order; no synthetic traffic
 AFTER_BROKER = ("ingest", "archiver", "views")
 RESTART_SEC = 5  # systemd's restart delay; the start limit below ends a crash loop
 START_LIMIT_INTERVAL_SEC = 300
@@ -43,6 +43,7 @@ DESCRIPTIONS = {
     "archiver": "Tally archiver (Kafka to raw Delta tables)",
     "views": "Tally streaming views (Spark, raw events to aggregates)",
     "dashboard": "Tally dashboard (Streamlit)",
+    "api": "Tally Stats API (Plausible v2 compatible)",
 }
 PLACED_IN_UNITS = ("TALLY_HOME", "TALLY_CONF_DIR", "TALLY_ENV")  # every other TALLY_* goes to the env file
 

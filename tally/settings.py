@@ -305,6 +305,22 @@ class QualitySettings:
 
 
 @dataclass(frozen=True)
+class ApiSettings:
+    """The Stats API (``POST /api/v2/query``, Plausible v2 compatible): docs/API.md."""
+
+    host: str = "127.0.0.1"
+    port: int = 8796
+    requests_per_hour: int = 600  # per API key, as Plausible's default; past it: 429 with Retry-After
+    max_body_bytes: int = 65536
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port <= 65535:
+            raise SettingsError(f"api.port: {self.port} must be a port number")
+        if self.requests_per_hour < 1:
+            raise SettingsError(f"api.requests_per_hour: {self.requests_per_hour} must be at least 1")
+
+
+@dataclass(frozen=True)
 class AlertSettings:
     lag_minutes: int = 10  # an archive or views lag growing this long is logged as an alert and shown red
 
@@ -345,6 +361,7 @@ class Settings:
     traffic: TrafficSettings = field(default_factory=TrafficSettings)
     quality: QualitySettings = field(default_factory=QualitySettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
+    api: ApiSettings = field(default_factory=ApiSettings)
     sites: tuple[SiteSettings, ...] = ()
     schedule: tuple[ScheduledJob, ...] = ()
 

@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-from dashboard.drilldown import RawQuery
-from dashboard.queries import AggregateReport, Aggregates, Range, dimension_values, realtime_visitors
-from dashboard.view import Step
 from jobs.backfill import backfill
+from query.aggregates import AggregateReport, Aggregates, Range, dimension_values, realtime_visitors
+from query.goals import Step
+from query.raw import RawQuery
 from tally.settings import Settings
 from tests.integration.views_support import write_raw
 from traffic.synthetic import synthetic_events

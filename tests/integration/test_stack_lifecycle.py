@@ -51,7 +51,7 @@ def test_up_twice_starts_one_stack_and_down_leaves_nothing(tmp_path: Path) -> No
         assert "dashboard: http://127.0.0.1:" in first.stdout
         procs = recorded_processes(tmp_path / "home")
         service_pids = service_pid_files(tmp_path / "home")
-        assert set(service_pids) == {"broker", "ingest", "archiver", "views", "dashboard", "watchdog"}
+        assert set(service_pids) == {"broker", "ingest", "archiver", "views", "dashboard", "api", "watchdog"}
 
         second = tally(env, "up")
         assert second.returncode == 0, second.stderr
@@ -60,7 +60,7 @@ def test_up_twice_starts_one_stack_and_down_leaves_nothing(tmp_path: Path) -> No
 
         status = tally(env, "status")
         assert "RESTARTS" in status.stdout.splitlines()[0]
-        for service in ("broker", "ingest", "archiver", "views", "dashboard", "watchdog"):
+        for service in ("broker", "ingest", "archiver", "views", "dashboard", "api", "watchdog"):
             row = next(line.split() for line in status.stdout.splitlines() if line.startswith(service))
             assert row[1] == "running" and row[4] == "0", row  # STATE, RESTARTS
         assert all(port_in_use(p) for p in ports)

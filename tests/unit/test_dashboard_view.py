@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from dashboard.export import safe_csv
-from dashboard.view import Step, View, ViewError, from_query, to_query
+from dashboard.view import View, ViewError, from_query, to_query
+from query.goals import Step
 
 TODAY = dt.date(2026, 11, 23)
 

@@ -17,7 +17,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-PACKAGES = ("tally", "ops", "ingest", "archiver", "jobs", "quality", "dashboard", "traffic", "bench", "tests")
+PACKAGES = (
+    "tally",
+    "query",
+    "ops",
+    "ingest",
+    "archiver",
+    "jobs",
+    "quality",
+    "dashboard",
+    "api",
+    "traffic",
+    "bench",
+    "tests",
+)
 
 
 def lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -64,6 +77,9 @@ def test_a_skeleton_that_follows_the_layers_passes(tmp_path: Path) -> None:
         ("tally/settings.py", "import dashboard\n", "tally is not allowed to import dashboard"),
         ("bench/views.py", "import tests\n", "bench is not allowed to import tests"),
         ("tally/sketches.py", "import pyspark\n", "tally is not allowed to import pyspark"),
+        ("query/engine.py", "import dashboard\n", "query is not allowed to import dashboard"),
+        ("api/app.py", "import dashboard\n", "api is not allowed to import dashboard"),
+        ("query/raw.py", "import pyspark\n", "query is not allowed to import pyspark"),
     ],
 )
 def test_an_import_across_the_layers_fails_the_lint(tmp_path: Path, module: str, source: str, refusal: str) -> None:

@@ -47,6 +47,7 @@ def test_there_is_one_unit_per_service_and_a_target_but_none_for_synthetic_traff
         "tally-archiver.service",
         "tally-views.service",
         "tally-dashboard.service",
+        "tally-api.service",
         "tally.target",
     ]
 

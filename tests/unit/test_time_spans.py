@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dashboard.page
-from dashboard.queries import Range
+import query.sources
 from dashboard.view import View
+from query.aggregates import Range
 from tally.settings import Settings, load_settings
 from tally.spans import describe_span, parse_span, spark_interval
 
@@ -73,10 +74,10 @@ def test_a_session_gap_of_a_day_reaches_the_dashboards_raw_drill_down(
 ) -> None:
     settings = settings_with(tmp_path, monkeypatch, "session_gap: 1 day")
     raw_table = SimpleNamespace(to_pyarrow_dataset=lambda: "raw events")
-    monkeypatch.setattr(dashboard.page, "find_table", lambda settings, table: raw_table)
+    monkeypatch.setattr(query.sources, "find_table", lambda settings, table: raw_table)
     days = Range(dt.date(2026, 1, 1), dt.date(2026, 1, 7))
-    query = dashboard.page.raw_report(settings, View("demo.tally.local"), days)
-    assert query is not None and query.gap_ms == 86_400_000
+    drill_down = dashboard.page.raw_report(settings, View("demo.tally.local"), days)
+    assert drill_down is not None and drill_down.gap_ms == 86_400_000
 
 
 def test_a_session_gap_of_a_day_reaches_spark_as_interval_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

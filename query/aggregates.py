@@ -3,7 +3,7 @@
 Every figure is either exact (counts that add up across windows) or a merged sketch: unique
 visitors are an HLL union over the chosen windows (never a sum of distinct counts), and
 percentiles come from merged t-digests (never averaged). Raw events are read only for
-drill-downs (``dashboard/drilldown.py``).
+drill-downs (:mod:`query.raw`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from dashboard.view import Step
+from query.goals import Step
 from tally.settings import Settings
 from tally.sketches import Estimate, digest_quantiles, merge_digests, union_estimate
 from tally.storage import open_table
@@ -166,7 +166,8 @@ def totals(agg: Aggregates, site_id: str, days: Range) -> Totals:
 
 
 def series(agg: Aggregates, site_id: str, days: Range, grain: str) -> pd.DataFrame:
-    """Page views, ≈ visitors and visits per hour or day (every bucket present, zeros included)."""
+    """Page views, ≈ visitors (with each bucket's relative 95% bound) and visits per hour or day
+    (every bucket present, zeros included)."""
     suffix = "hour" if grain == "hour" else "day"
     traffic = agg.traffic(site_id, days, "all", suffix)
     visits = agg.visits(site_id, days, "all", suffix)
@@ -176,8 +177,9 @@ def series(agg: Aggregates, site_id: str, days: Range, grain: str) -> pd.DataFra
     frame = pd.DataFrame(index=buckets)
     by_bucket = traffic.assign(window_start=pd.to_datetime(traffic["window_start"], utc=True)).set_index("window_start")
     frame["pageviews"] = by_bucket["pageviews"].reindex(buckets).fillna(0).astype(int)
-    visitors = by_bucket["visitors_sketch"].map(lambda s: union_estimate([s]).value if s else 0.0)
-    frame["visitors"] = visitors.reindex(buckets).fillna(0.0).round()
+    estimates = by_bucket["visitors_sketch"].map(lambda s: union_estimate([s]) if s else None)
+    frame["visitors"] = estimates.map(lambda e: e.value if e else 0.0).reindex(buckets).fillna(0.0).round()
+    frame["visitors_bound"] = estimates.map(lambda e: e.relative_error if e else 0.0).reindex(buckets).fillna(0.0)
     visit_rows = visits.assign(window_start=pd.to_datetime(visits["window_start"], utc=True)).set_index("window_start")
     frame["visits"] = visit_rows["visits"].reindex(buckets).fillna(0).astype(int)
     return frame.rename_axis("time").reset_index()
@@ -251,7 +253,7 @@ def goal_visitors(agg: Aggregates, site_id: str, days: Range, step: Step) -> Est
 @dataclass(frozen=True)
 class AggregateReport:
     """The standard panels of one site and range, from the aggregate tables (same methods as
-    ``drilldown.RawQuery``, so the page does not care which one answers)."""
+    ``query.raw.RawQuery``, so the page does not care which one answers)."""
 
     agg: Aggregates
     site_id: str

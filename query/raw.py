@@ -18,8 +18,8 @@ import duckdb
 import pandas as pd
 import pyarrow.dataset as ds
 
-from dashboard.queries import Range, Totals
-from dashboard.view import FILTERS, Step
+from query.aggregates import Range, Totals
+from query.goals import Step
 from tally.dimensions import AUDIENCE_DIMENSIONS, NONE_VALUE, RAW_DIMENSION_COLUMNS
 from tally.sketches import Estimate
 
@@ -27,6 +27,11 @@ _EVENT_COLUMNS = "visitor_id, event_time, event_id, type, path, name, engagement
     sorted(AUDIENCE_DIMENSIONS)
 )
 _VISIT_ATTRS = AUDIENCE_DIMENSIONS
+# Filters a drill-down applies: the dashboard's URL key -> event column in raw.pageviews (and
+# dimension in agg.traffic_*).
+FILTERS: dict[str, str] = {
+    key: RAW_DIMENSION_COLUMNS[key] for key in ("page", "source", "country", "device", "browser")
+}
 # The traffic dimensions, as raw columns ("event" is a custom event's name).
 _DIMENSION_COLUMNS = RAW_DIMENSION_COLUMNS
 
@@ -67,7 +72,9 @@ class RawQuery:
 
     def _visits_sql(self) -> tuple[str, dict[str, Any]]:
         """One row per visit that matches the filters: attributes from its first event."""
-        firsts = ", ".join(f"arg_min({a}, (event_time, event_id)) AS {a}" for a in _VISIT_ATTRS)
+        # arg_min_null: a visit's attributes are its first event's, even when they are NULL (a
+        # direct visit has no source); arg_min would skip to the first event that has one.
+        firsts = ", ".join(f"arg_min_null({a}, (event_time, event_id)) AS {a}" for a in _VISIT_ATTRS)
         matches: list[str] = ["pageviews > 0"]
         params: dict[str, Any] = {"gap": self.gap_ms}
         for key, value in self.filters.items():
@@ -87,8 +94,8 @@ class RawQuery:
                 SELECT visitor_id, visit, min(event_time) AS started, max(event_time) - min(event_time) AS duration_ms,
                        count(*) FILTER (WHERE type = 'pageview') AS pageviews,
                        list(path) FILTER (WHERE type = 'pageview') AS pages,
-                       arg_min(path, event_time) FILTER (WHERE type = 'pageview') AS entry_page,
-                       arg_max(path, event_time) FILTER (WHERE type = 'pageview') AS exit_page, {firsts}
+                       arg_min(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS entry_page,
+                       arg_max(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS exit_page, {firsts}
                 FROM numbered GROUP BY visitor_id, visit
             )
             SELECT * FROM visits WHERE {" AND ".join(matches)}
@@ -152,6 +159,7 @@ class RawQuery:
         for source, column in ((events, "pageviews"), (events, "visitors"), (visits, "visits")):
             values = source.assign(time=pd.to_datetime(source["time"], utc=True)).set_index("time")[column]
             frame[column] = values.reindex(buckets).fillna(0).astype(int)
+        frame["visitors_bound"] = 0.0  # distinct ids: exact
         return frame.rename_axis("time").reset_index()
 
     def top(self, dimension: str, limit: int = 10) -> pd.DataFrame:

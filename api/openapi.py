@@ -1,0 +1,99 @@
+"""The Stats API's OpenAPI document, served at ``/openapi.json`` (what schemathesis fuzzes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from query.plausible import RANGE_SHORTCUTS
+from query.spec import DIMENSIONS, MAX_LIMIT, METRICS
+
+_FILTER: dict[str, Any] = {
+    "type": "array",
+    "description": '[operator, dimension, [values]] or ["and"|"or", [filters]] or ["not", filter]',
+    "minItems": 2,
+    "maxItems": 4,
+}
+
+
+def _error(description: str) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "string"}, "part": {"type": "string"}},
+    }
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def openapi_spec() -> dict[str, Any]:
+    query = {
+        "type": "object",
+        "required": ["site_id", "metrics", "date_range"],
+        "properties": {
+            "site_id": {"type": "string"},
+            "date_range": {
+                "oneOf": [
+                    {"type": "string", "enum": list(RANGE_SHORTCUTS)},
+                    {"type": "array", "items": {"type": "string", "format": "date"}, "minItems": 2, "maxItems": 2},
+                ]
+            },
+            "metrics": {"type": "array", "items": {"type": "string", "enum": list(METRICS)}, "minItems": 1},
+            "dimensions": {"type": "array", "items": {"type": "string", "enum": list(DIMENSIONS)}},
+            "filters": {"type": "array", "items": _FILTER},
+            "order_by": {
+                "type": "array",
+                "items": {"type": "array", "minItems": 2, "maxItems": 2},
+            },
+            "include": {
+                "type": "object",
+                "properties": {"time_labels": {"type": "boolean"}, "total_rows": {"type": "boolean"}},
+            },
+            "pagination": {
+                "type": "object",
+                "properties": {
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+                    "offset": {"type": "integer", "minimum": 0},
+                },
+            },
+        },
+    }
+    answer = {
+        "type": "object",
+        "required": ["results", "meta", "query"],
+        "properties": {
+            "results": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"dimensions": {"type": "array"}, "metrics": {"type": "array"}},
+                },
+            },
+            "meta": {"type": "object"},
+            "query": {"type": "object"},
+        },
+    }
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Tally Stats API",
+            "version": "2",
+            "description": "Plausible Stats API v2 compatible; see docs/API.md.",
+        },
+        "components": {"securitySchemes": {"key": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"key": []}],
+        "paths": {
+            "/api/v2/query": {
+                "post": {
+                    "summary": "Metrics over a date range, optionally by a dimension and filtered",
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": query}}},
+                    "responses": {
+                        "200": {"description": "The answer", "content": {"application/json": {"schema": answer}}},
+                        "400": _error("A query Tally cannot answer; `part` names the key at fault"),
+                        "401": _error("No API key, or an unknown or revoked one"),
+                        "403": _error("The key may not read this site"),
+                        "413": _error("The body is too large"),
+                        "429": _error("Over the key's hourly limit; see Retry-After"),
+                    },
+                }
+            }
+        },
+    }

@@ -1,0 +1,30 @@
+"""What a report answers, whichever source it reads: the aggregate tables or raw events.
+
+:class:`query.aggregates.AggregateReport` (approximate visitors from HLL sketches) and
+:class:`query.raw.RawQuery` (exact, DuckDB over ``raw.pageviews``) both have these methods, so the
+dashboard's panels and the API's engine do not care which one answers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import pandas as pd
+
+from tally.sketches import Estimate
+
+if TYPE_CHECKING:
+    from query.aggregates import Totals
+    from query.goals import Step
+
+
+class Report(Protocol):
+    """The figures of one site over one range of dates."""
+
+    exact: bool
+
+    def totals(self) -> Totals: ...
+    def series(self, grain: str) -> pd.DataFrame: ...
+    def top(self, dimension: str, limit: int = 10) -> pd.DataFrame: ...
+    def top_visits(self, dimension: str, limit: int = 10) -> pd.DataFrame: ...
+    def goal(self, step: Step) -> Estimate: ...

@@ -1,0 +1,46 @@
+"""Which report answers a question: the aggregate tables, or raw events when filters are set.
+
+One :class:`Sources` per process keeps the aggregate tables' snapshots warm between queries
+(:class:`query.aggregates.Aggregates`); raw events are opened per question, as the dashboard's
+drill-down does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+
+from query.aggregates import AggregateReport, Aggregates, Range
+from query.raw import RawQuery
+from query.report import Report
+from tally.settings import Settings
+from tally.storage import find_table
+from tally.tables import RAW_PAGEVIEWS
+
+
+def session_gap_ms(settings: Settings) -> int:
+    """The session gap the views use, in milliseconds, for sessionising raw events the same way."""
+    return settings.spark.session_gap // dt.timedelta(milliseconds=1)
+
+
+class Sources:
+    """The reports of one process: warm aggregate snapshots, and raw events on demand."""
+
+    def __init__(self, settings: Settings, aggregates: Aggregates | None = None) -> None:
+        self.settings = settings
+        self.aggregates = aggregates or Aggregates(settings)
+
+    def raw(self, site_id: str, days: Range, filters: Mapping[str, str]) -> RawQuery | None:
+        """A drill-down over raw events, or None before the archiver has written anything."""
+        table = find_table(self.settings, RAW_PAGEVIEWS)
+        if table is None:
+            return None
+        return RawQuery(table.to_pyarrow_dataset(), site_id, days, filters, session_gap_ms(self.settings))
+
+    def report(self, site_id: str, start: dt.date, end: dt.date, filters: Mapping[str, str]) -> Report:
+        """The aggregate report without filters; with filters, raw events (exact; empty before any)."""
+        days = Range(start, end)
+        if not filters:
+            return AggregateReport(self.aggregates, site_id, days)
+        raw = self.raw(site_id, days, filters)
+        return raw if raw is not None else AggregateReport(self.aggregates, "", days)  # no raw rows: nothing matches

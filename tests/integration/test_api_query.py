@@ -1,0 +1,222 @@
+"""The Stats API over real tables, called over HTTP as a Plausible v2 client calls it.
+
+Raw events go into raw.pageviews, a real Spark backfill computes every view, the API runs under
+uvicorn on a free port, and every figure it answers is compared with a truth computed here from
+raw.pageviews (pandas; visits with the dashboard's exact drill-down): exact metrics equal,
+unique visitors within the 95% bound the answer states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+import pytest
+import uvicorn
+from deltalake import DeltaTable
+
+from api.app import create_app
+from api.keys import create_key, revoke_key
+from jobs.backfill import backfill
+from query.aggregates import Range
+from query.raw import RawQuery
+from tally.settings import Settings
+from tests.integration.views_support import write_raw
+from traffic.synthetic import synthetic_events
+
+SITE, OTHER = "demo.tally.local", "limited.tally.test"  # the sites of conf/test.yaml
+DAYS = Range(dt.date(2026, 3, 1), dt.date(2026, 3, 4))
+WHOLE = ["2026-03-01", "2026-03-04"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def api(settings: Settings, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("api-query")
+    port = free_port()
+    iso = dataclasses.replace(
+        settings,
+        home=str(home),
+        warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse")),
+        api=dataclasses.replace(settings.api, port=port, requests_per_hour=100_000),
+    )
+    start = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+    write_raw(iso, synthetic_events(visits=500, start=start, span=dt.timedelta(days=3), site_id=SITE, seed=11))
+    backfill(spark, iso, start=DAYS.start, end=DAYS.end, progress=False)
+    raw = DeltaTable(iso.table_uri("raw.pageviews")).to_pandas()
+    raw = raw[(raw["site_id"] == SITE) & ~raw["is_bot"]]
+    now = dt.datetime.now(dt.UTC)
+    key, _ = create_key(iso, name="reports", sites=(SITE,), now=now)
+    other_key, _ = create_key(iso, name="other site", sites=(OTHER,), now=now)
+    fuzz_key, _ = create_key(iso, name="fuzzer", sites=("*",), now=now)
+    revoked, record = create_key(iso, name="old", sites=("*",), now=now)
+    revoke_key(iso, record.key_id, now=now)
+    server = uvicorn.Server(uvicorn.Config(create_app(iso), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the API did not start within 30 s"
+        time.sleep(0.05)
+    dataset = DeltaTable(iso.table_uri("raw.pageviews")).to_pyarrow_dataset()
+    gap_ms = iso.spark.session_gap // dt.timedelta(milliseconds=1)
+    try:
+        yield {
+            "url": f"http://127.0.0.1:{port}/api/v2/query",
+            "key": key,
+            "other_key": other_key,
+            "fuzz_key": fuzz_key,
+            "revoked": revoked,
+            "raw": raw,
+            "drill": RawQuery(dataset, SITE, DAYS, {}, gap_ms),
+            "dataset": dataset,
+            "gap_ms": gap_ms,
+        }
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def ask(api: dict[str, Any], body: dict[str, Any], key: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key or api['key']}"}
+    return httpx.post(api["url"], json={"site_id": SITE, "date_range": WHOLE, **body}, headers=headers, timeout=60)
+
+
+def test_site_totals_equal_the_raw_events_and_visitors_lie_within_the_stated_bound(api: dict[str, Any]) -> None:
+    metrics = ["visitors", "visits", "pageviews", "events", "bounce_rate", "visit_duration", "views_per_visit"]
+    answer = ask(api, {"metrics": metrics})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    [row] = body["results"]
+    got = dict(zip(metrics, row["metrics"], strict=True))
+    raw: pd.DataFrame = api["raw"]
+    drill = api["drill"].totals()
+    assert got["pageviews"] == (raw["type"] == "pageview").sum() > 0
+    assert got["events"] == (raw["type"] == "event").sum() > 0
+    assert got["visits"] == drill.visits > 0
+    assert got["bounce_rate"] == round(100 * drill.bounces / drill.visits, 1)
+    assert got["visit_duration"] == round(drill.duration_ms / drill.visits / 1000)
+    assert got["views_per_visit"] == round(drill.visit_pageviews / drill.visits, 2)
+    bound = body["meta"]["metrics"]["visitors"]["bound_95"]
+    assert 0 < bound < 0.05 and body["meta"]["metrics"]["pageviews"] == {"exact": True}
+    assert abs(got["visitors"] - raw["visitor_id"].nunique()) <= bound * got["visitors"] + 1
+    assert body["meta"]["source"] == "aggregates" and "daily visitor ids" in body["meta"]["visitors"]
+    assert body["query"]["date_range"] == WHOLE
+
+
+def test_page_views_by_day_equal_the_raw_events_of_each_day(api: dict[str, Any]) -> None:
+    answer = ask(api, {"metrics": ["pageviews"], "dimensions": ["time:day"], "include": {"time_labels": True}})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    raw: pd.DataFrame = api["raw"]
+    truth = raw[raw["type"] == "pageview"].groupby(raw["event_date"].astype(str)).size()
+    assert {r["dimensions"][0]: r["metrics"][0] for r in body["results"]} == truth.to_dict()
+    assert [r["dimensions"][0] for r in body["results"]] == sorted(truth.index), "time ascending by default"
+    assert body["meta"]["time_labels"] == ["2026-03-01", "2026-03-02", "2026-03-03", "2026-03-04"]
+
+
+def test_top_pages_page_by_page_with_ordering_pagination_and_total_rows(api: dict[str, Any]) -> None:
+    answer = ask(
+        api,
+        {
+            "metrics": ["pageviews", "visitors"],
+            "dimensions": ["event:page"],
+            "order_by": [["pageviews", "desc"]],
+            "include": {"total_rows": True},
+            "pagination": {"limit": 3, "offset": 1},
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    raw: pd.DataFrame = api["raw"]
+    views = raw[raw["type"] == "pageview"]
+    truth = views.groupby("path").size()
+    assert body["meta"]["total_rows"] == len(truth)
+    ranked = sorted(truth.items(), key=lambda item: (-item[1], item[0]))
+    assert [(r["dimensions"][0], r["metrics"][0]) for r in body["results"]] == ranked[1:4]
+    bound = body["meta"]["metrics"]["visitors"]["bound_95"]
+    for row in body["results"]:
+        exact = raw.loc[raw["path"] == row["dimensions"][0], "visitor_id"].nunique()
+        assert abs(row["metrics"][1] - exact) <= bound * row["metrics"][1] + 1
+
+
+def test_sources_with_visit_metrics_equal_the_exact_drill_down(api: dict[str, Any]) -> None:
+    answer = ask(api, {"metrics": ["visits", "bounce_rate"], "dimensions": ["visit:source"]})
+    assert answer.status_code == 200, answer.text
+    truth = api["drill"].top_visits("source", 1000).set_index("value")
+    got = {r["dimensions"][0]: r["metrics"] for r in answer.json()["results"]}
+    assert set(got) == set(truth.index)
+    for value, (visits, bounce_rate) in got.items():
+        assert visits == truth.loc[value, "visits"]
+        assert bounce_rate == round(100 * truth.loc[value, "bounce_rate"], 1)
+
+
+def test_a_filtered_query_is_answered_exactly_from_raw_events(api: dict[str, Any]) -> None:
+    raw: pd.DataFrame = api["raw"]
+    page = raw.loc[raw["type"] == "pageview", "path"].value_counts().index[0]
+    answer = ask(api, {"metrics": ["visitors", "pageviews"], "filters": [["is", "event:page", [page]]]})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["meta"]["source"] == "raw" and body["meta"]["metrics"]["visitors"] == {"exact": True}
+    on_page = raw[raw["path"] == page]
+    assert body["results"][0]["metrics"] == [
+        on_page["visitor_id"].nunique(),
+        int((on_page["type"] == "pageview").sum()),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"metrics": ["total_revenue"]}, 400, "metric 'total_revenue' is not supported"),
+        ({"metrics": ["visitors"], "site_id": "nowhere.test"}, 403, "may not read site"),
+        ({"metrics": ["visitors"], "site_id": OTHER}, 403, "may not read site"),
+        ({"metrics": ["visitors"], "pagination": {"limit": 10**7}}, 400, "pagination.limit"),
+        ({"metrics": ["visitors"], "date_range": ["2020-01-01", "2026-03-01"]}, 400, "at most 400 days"),
+        ({"metrics": ["bounce_rate"], "dimensions": ["event:page"]}, 400, "with dimension 'event:page'"),
+    ],
+)
+def test_what_cannot_be_answered_gets_a_clear_4xx(
+    api: dict[str, Any], body: dict[str, Any], status: int, message: str
+) -> None:
+    answer = ask(api, body)
+    assert answer.status_code == status and message in answer.json()["error"], answer.text
+
+
+def test_keys_are_checked_before_anything_is_read(api: dict[str, Any]) -> None:
+    body = {"metrics": ["visitors"]}
+    for key, status in ((api["revoked"], 401), ("tly_000000000000_" + "x" * 43, 401), (api["other_key"], 403)):
+        assert ask(api, body, key).status_code == status
+    unknown = ask(api, {**body, "site_id": "nowhere.test"}, api["fuzz_key"])  # a key for every site
+    assert unknown.status_code == 400 and "not configured" in unknown.json()["error"]
+    anonymous = httpx.post(api["url"], json={"site_id": SITE, "date_range": "7d", **body}, timeout=30)
+    assert anonymous.status_code == 401 and "Authorization: Bearer" in anonymous.json()["error"]
+    garbage = httpx.post(
+        api["url"], content=b"{not json", headers={"Authorization": f"Bearer {api['key']}"}, timeout=30
+    )
+    assert garbage.status_code == 400 and garbage.json()["error"] == "the request body is not valid JSON"
+
+
+def test_schemathesis_finds_no_server_error(api: dict[str, Any], tmp_path: Path) -> None:
+    """Fuzzed from the served OpenAPI schema, with a key of its own: every answer is a documented 2xx/4xx."""
+    base = api["url"].removesuffix("/api/v2/query")
+    command = [sys.executable, "-m", "schemathesis.cli", "run", f"{base}/openapi.json", "--url", base]
+    command += ["-H", f"Authorization: Bearer {api['fuzz_key']}", "--max-examples", "100", "--seed", "7"]
+    command += ["--checks", "not_a_server_error,status_code_conformance,content_type_conformance", "--no-color"]
+    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stdout[-4000:]

@@ -1,0 +1,62 @@
+"""API keys: shown once, kept as a hash, scoped to sites, revocable; and the hourly limit per key."""
+
+from __future__ import annotations
+
+import datetime as dt
+import stat
+from pathlib import Path
+
+import pytest
+
+from api.keys import ApiKeyError, create_key, keys_path, load_keys, revoke_key, verify
+from api.throttle import HourlyLimit
+from tally.settings import Settings, load_settings
+
+NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
+SITE = "demo.tally.local"
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_ENV", "test")
+    return load_settings()
+
+
+def test_a_key_is_stored_only_as_a_hash_in_a_private_file_and_verifies(settings: Settings) -> None:
+    key, record = create_key(settings, name="reports", sites=(SITE,), now=NOW)
+    text = keys_path(settings).read_text()
+    assert key.split("_")[2] not in text and record.secret_sha256 in text
+    assert stat.S_IMODE(keys_path(settings).stat().st_mode) == 0o600
+    found = verify(load_keys(settings), key)
+    assert found is not None and found.may_read(SITE) and not found.may_read("limited.tally.test")
+
+
+def test_a_wrong_malformed_or_revoked_key_does_not_verify(settings: Settings) -> None:
+    key, record = create_key(settings, name="reports", sites=("*",), now=NOW)
+    keys = load_keys(settings)
+    assert verify(keys, key[:-1] + ("A" if key[-1] != "A" else "B")) is None
+    assert verify(keys, "Bearer " + key) is None and verify(keys, "") is None
+    revoke_key(settings, record.key_id, now=NOW)
+    assert verify(load_keys(settings), key) is None
+    assert load_keys(settings)[record.key_id].revoked, "a revoked key is still listed"
+
+
+def test_unknown_sites_names_and_ids_are_refused_with_what_to_do(settings: Settings) -> None:
+    with pytest.raises(ApiKeyError, match="configured site ids"):
+        create_key(settings, name="x", sites=("nowhere.test",), now=NOW)
+    with pytest.raises(ApiKeyError, match="key name"):
+        create_key(settings, name="", sites=(SITE,), now=NOW)
+    with pytest.raises(ApiKeyError, match="tally apikey list"):
+        revoke_key(settings, "000000000000", now=NOW)
+
+
+def test_the_hourly_limit_counts_per_key_and_says_how_long_to_wait() -> None:
+    limit = HourlyLimit(2)
+    hour = 3600 * 500_000
+    assert [limit.take("a", hour + 10), limit.take("a", hour + 11)] == [0, 0]
+    assert limit.take("a", hour + 600) == 3000, "seconds until the next clock hour"
+    assert limit.take("b", hour + 600) == 0, "another key has its own allowance"
+    assert limit.take("a", hour + 3600) == 0, "a new hour, a new allowance"
+    assert limit.take("a", hour + 100) == 0, "an earlier clock reading counts in the current hour"
+    assert limit.take("a", hour + 3601) > 0, "so the current hour's allowance is used up"
