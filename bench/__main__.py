@@ -13,7 +13,7 @@ import functools
 import logging
 import sys
 
-from bench import archiver, backfill, dashboard, hll, ingest, sketches, soak, stack, views
+from bench import api, archiver, backfill, dashboard, hll, ingest, sketches, soak, stack, views
 from bench.markdown import DOCUMENT, write
 from bench.report import Benchmark, load_records, run_benchmark, save_records
 from tally.log import setup_logging
@@ -98,6 +98,18 @@ BENCHMARKS = [
         note=soak.NOTE,
     ),
 ]
+BENCHMARKS.append(
+    Benchmark(
+        "api",
+        "Stats API: POST /api/v2/query over the dashboard's data set, side by side with raw scans",
+        api.measure,
+        f"{PY} bench.api",
+        note="Each question through the API under uvicorn, over HTTP with a key: the first answer of a server"
+        " just started, then 20 warm requests (p50, p95); the same question as a DuckDB scan of raw.pageviews"
+        " behind a warm reader (p50). The data set is bench.dashboard's (`--dashboard-events`). Not measured"
+        " yet: a comparison with the previous period and a props breakdown (the API does not answer them yet).",
+    )
+)
 BY_NAME = {b.name: b for b in BENCHMARKS}
 ON_REQUEST = {"soak"}  # not part of a plain `make bench`
 
@@ -123,6 +135,13 @@ def main(argv: list[str] | None = None) -> None:
             " side by side with raw scans",
             measure=functools.partial(dashboard.measure, events=args.dashboard_events),
             command=f"{PY} bench.dashboard --events {args.dashboard_events}",
+        )
+        BY_NAME["api"] = dataclasses.replace(
+            BY_NAME["api"],
+            title=f"Stats API: POST /api/v2/query over 90 days × {args.dashboard_events:,} events,"
+            " side by side with raw scans",
+            measure=functools.partial(api.measure, events=args.dashboard_events),
+            command=f"{PY} bench.api --events {args.dashboard_events}",
         )
     if args.soak_rate:
         BY_NAME["soak"] = dataclasses.replace(
