@@ -40,7 +40,7 @@ test-unit: setup
 test-integration: setup
 	TALLY_ENV=test .venv/bin/python -m pytest -q tests/integration
 
-test-e2e: setup
+test-e2e: setup tracker/node_modules
 	bash scripts/install-browser.sh
 	TALLY_ENV=test .venv/bin/python -m pytest -q tests/e2e
 

@@ -3,7 +3,8 @@
 Every request carries ``Authorization: Bearer <key>`` (``tally apikey create``); a key reads only
 the sites it was created for and is limited to ``api.requests_per_hour``. The body is read into a
 :class:`query.spec.Query` (:mod:`query.plausible`) and answered by the query layer
-(:mod:`query.engine`), the same code the dashboard's panels use. Errors are JSON
+(:mod:`query.engine`), the same code the dashboard's panels use, through
+:class:`api.answering.Answering`, which the MCP server (:mod:`api.mcp_server`) shares. Errors are JSON
 ``{"error": …}`` with the status that says who must act: 400 a query Tally cannot answer (naming
 the part), 401 no or a bad key, 403 a site the key may not read, 413 a body too large, 429 over
 the key's hourly limit (with ``Retry-After``).
@@ -11,13 +12,10 @@ the key's hourly limit (with ``Retry-After``).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -25,33 +23,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from api.keys import ApiKey, keys_path, load_keys, verify
+from api.answering import Answering, Refused
 from api.openapi import openapi_spec
-from api.throttle import HourlyLimit
-from query.engine import Answer, run
-from query.plausible import parse_query
-from query.sources import Sources
-from query.spec import Query, QueryError
 from tally.log import kv
 from tally.settings import Settings, load_settings
 
 log = logging.getLogger("tally.api")
-
-
-class Keys:
-    """The key records, read again whenever ``tally apikey`` changed the file."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._stamp: float | None = None
-        self._keys: dict[str, ApiKey] = {}
-
-    def current(self) -> dict[str, ApiKey]:
-        path = keys_path(self.settings)
-        stamp = path.stat().st_mtime_ns if path.exists() else None
-        if stamp != self._stamp:
-            self._keys, self._stamp = load_keys(self.settings), stamp
-        return self._keys
 
 
 def error(status: int, message: str, **fields: str) -> JSONResponse:
@@ -60,49 +37,25 @@ def error(status: int, message: str, **fields: str) -> JSONResponse:
 
 
 async def query_endpoint(request: Request) -> Response:
-    state = request.app.state
-    settings: Settings = state.settings
-    header = request.headers.get("authorization", "")
-    scheme, _, presented = header.partition(" ")
-    key = verify(state.keys.current(), presented.strip()) if scheme.lower() == "bearer" else None
+    """``POST /api/v2/query``: the gate and the answer are :class:`api.answering.Answering`'s; here only HTTP."""
+    answering: Answering = request.app.state.answering
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    key = answering.authenticate(presented) if scheme.lower() == "bearer" else None
     if key is None:
         return error(401, "missing or invalid API key: send 'Authorization: Bearer <key>' (tally apikey create)")
-    wait = state.limit.take(key.key_id, time.time())
-    if wait:
-        return JSONResponse(
-            {"error": f"over this key's limit of {settings.api.requests_per_hour} requests an hour"},
-            status_code=429,
-            headers={"Retry-After": str(wait)},
-        )
-    body = await _read_body(request, settings.api.max_body_bytes)
-    if body is None:
-        return error(413, f"the request body is over {settings.api.max_body_bytes} bytes")
     try:
-        parsed = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return error(400, "the request body is not valid JSON")
-    try:
-        query = parse_query(parsed, today=dt.datetime.now(dt.UTC).date())
-    except QueryError as e:
-        return error(400, str(e), part=e.part)
-    # The key's scope first: a key for site A learns nothing about which other sites exist.
-    if not key.may_read(query.site_id):
-        return error(403, f"this API key may not read site {query.site_id!r}")
-    if settings.site(query.site_id) is None:
-        return error(400, f"site {query.site_id!r} is not configured in Tally")
-    try:
-        answer = await run_in_threadpool(_answer, state.sources, query)
-    except QueryError as e:
-        return error(400, str(e), part=e.part)
-    log.info(
-        "query answered",
-        extra=kv(key=key.key_id, site=query.site_id, rows=len(answer.results), source=answer.meta["source"]),
-    )
-    return JSONResponse({"results": answer.results, "meta": answer.meta, "query": _echo(query, parsed)})
-
-
-def _answer(sources: Sources, query: Query) -> Answer:
-    return run(query, lambda filters: sources.report(query.site_id, query.start, query.end, filters))
+        answering.admit(key)
+        body = await _read_body(request, answering.settings.api.max_body_bytes)
+        if body is None:
+            raise answering.body_too_large()
+        try:
+            parsed = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return error(400, "the request body is not valid JSON")
+        return JSONResponse(await run_in_threadpool(answering.answer, key, parsed))
+    except Refused as refused:
+        headers = {"Retry-After": str(refused.retry_after)} if refused.retry_after else None
+        return JSONResponse(refused.fields(), status_code=refused.status, headers=headers)
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
@@ -116,17 +69,6 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _echo(query: Query, body: dict[str, Any]) -> dict[str, Any]:
-    """The query as answered: the request's own parts, with the range resolved to dates."""
-    echoed: dict[str, Any] = {
-        k: body[k] for k in ("site_id", "metrics", "dimensions", "filters", "order_by", "include") if k in body
-    }
-    echoed["date_range"] = [query.start.isoformat(), query.end.isoformat()]
-    echoed["order_by"] = [[name, "desc" if desc else "asc"] for name, desc in query.order_by]
-    echoed["pagination"] = {"limit": query.limit, "offset": query.offset}
-    return echoed
 
 
 async def openapi_endpoint(request: Request) -> Response:
@@ -155,7 +97,5 @@ def create_app(settings: Settings | None = None) -> Starlette:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.keys = Keys(settings)
-    app.state.limit = HourlyLimit(settings.api.requests_per_hour)
-    app.state.sources = Sources(settings)
+    app.state.answering = Answering(settings)
     return app

@@ -5,13 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from query.plausible import RANGE_SHORTCUTS
-from query.spec import DIMENSIONS, MAX_LIMIT, METRICS
+from query.spec import COMPARISONS, DIMENSIONS, MAX_LIMIT, MAX_PROP_KEY, METRICS, PROPS_PREFIX
 
 _FILTER: dict[str, Any] = {
     "type": "array",
     "description": '[operator, dimension, [values]] or ["and"|"or", [filters]] or ["not", filter]',
     "minItems": 2,
     "maxItems": 4,
+}
+
+
+_DIMENSION: dict[str, Any] = {
+    "oneOf": [
+        {"type": "string", "enum": list(DIMENSIONS)},
+        {"type": "string", "pattern": f"^{PROPS_PREFIX}.{{1,{MAX_PROP_KEY}}}$", "description": "a custom property"},
+    ]
 }
 
 
@@ -34,10 +42,11 @@ def openapi_spec() -> dict[str, Any]:
                 "oneOf": [
                     {"type": "string", "enum": list(RANGE_SHORTCUTS)},
                     {"type": "array", "items": {"type": "string", "format": "date"}, "minItems": 2, "maxItems": 2},
+                    {"type": "array", "items": {"type": "string", "format": "date-time"}, "minItems": 2, "maxItems": 2},
                 ]
             },
             "metrics": {"type": "array", "items": {"type": "string", "enum": list(METRICS)}, "minItems": 1},
-            "dimensions": {"type": "array", "items": {"type": "string", "enum": list(DIMENSIONS)}},
+            "dimensions": {"type": "array", "items": _DIMENSION, "maxItems": 4},
             "filters": {"type": "array", "items": _FILTER},
             "order_by": {
                 "type": "array",
@@ -45,7 +54,21 @@ def openapi_spec() -> dict[str, Any]:
             },
             "include": {
                 "type": "object",
-                "properties": {"time_labels": {"type": "boolean"}, "total_rows": {"type": "boolean"}},
+                "properties": {
+                    "time_labels": {"type": "boolean"},
+                    "total_rows": {"type": "boolean"},
+                    "compare": {
+                        "oneOf": [
+                            {"type": "string", "enum": list(COMPARISONS)},
+                            {
+                                "type": "array",
+                                "items": {"type": "string", "format": "date"},
+                                "minItems": 2,
+                                "maxItems": 2,
+                            },
+                        ]
+                    },
+                },
             },
             "pagination": {
                 "type": "object",
@@ -64,7 +87,11 @@ def openapi_spec() -> dict[str, Any]:
                 "type": "array",
                 "items": {
                     "type": "object",
-                    "properties": {"dimensions": {"type": "array"}, "metrics": {"type": "array"}},
+                    "properties": {
+                        "dimensions": {"type": "array"},
+                        "metrics": {"type": "array"},
+                        "comparison": {"type": "object"},
+                    },
                 },
             },
             "meta": {"type": "object"},

@@ -68,7 +68,9 @@ def sidebar(view: View, sites: list[str], agg: Aggregates, today: dt.date) -> Vi
         picked = bar.selectbox(key.capitalize(), options, index=_index(options, current), key=f"f_{key}")
         if picked != ANY:
             filters[key] = picked
-    bar.caption("A filter applies to every panel; filtered figures are computed from raw events (exact).")
+    bar.caption(
+        "A filter applies to every panel but custom properties; filtered figures are computed from raw events (exact)."
+    )
 
     bar.subheader("Goals and funnel")
     candidates = step_candidates(agg, site, days, (*view.goals, *view.funnel))

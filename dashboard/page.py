@@ -102,6 +102,7 @@ def show(
     panels.time_series(report.series(grain), previous.series(grain) if previous else None, grain)
     panels.top_tables(report)
     panels.events_and_goals(report, current, view.goals)
+    panels.custom_properties(AggregateReport(agg, view.site, days), filtered=view.filtered)
     panels.funnel(raw, view.funnel)
     panels.performance(current, report.exact)
     panels.data_health(settings, agg, view.site, days, now, every_site=every_site)

@@ -1,4 +1,5 @@
-"""The report panels: realtime, KPIs, time series, top tables, goals, funnel, performance, health.
+"""The report panels: realtime, KPIs, time series, top tables, goals, custom properties, funnel,
+performance, health.
 
 Attacker-controlled text (URLs, referrers, event names) is only ever shown inside tables and
 charts, which Streamlit renders as text; never in Markdown or HTML.
@@ -14,10 +15,11 @@ import streamlit as st
 from dashboard import health
 from dashboard.export import safe_csv
 from dashboard.view import View
-from query.aggregates import Aggregates, Range, Totals, realtime_visitors
+from query.aggregates import AggregateReport, Aggregates, Range, Totals, realtime_visitors
 from query.goals import Step
 from query.report import Report
 from tally.lag import describe_lag
+from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.settings import Settings
 from tally.sketches import Estimate
 
@@ -162,6 +164,33 @@ def events_and_goals(report: Report, totals: Totals, goals: tuple[Step, ...]) ->
     st.download_button("CSV", safe_csv(frame), file_name="goals.csv", mime="text/csv", key="csv_goals")
     if not report.exact:
         st.caption("Conversion rate = ≈ goal visitors / ≈ all visitors (both HLL estimates).")
+
+
+EVERY_EVENT = "(every event)"
+
+
+def custom_properties(report: AggregateReport, *, filtered: bool) -> None:
+    """Values of one property key of custom events, from agg.props_1d (never filtered: the view holds
+    no page, source or device, so a filtered page shows the whole site's values and says so)."""
+    st.subheader("Custom properties")
+    if filtered:
+        st.caption("From the aggregate view agg.props_1d, without the filters: it holds no other dimensions.")
+    keys = report.property_keys()
+    if keys.empty:
+        st.caption("No custom events with properties in this range.")
+        return
+    left, right = st.columns(2)
+    names = [EVERY_EVENT, *keys.groupby("name")["events"].sum().sort_values(ascending=False).index]
+    name = left.selectbox("Event", names, key="props_event")
+    of_name = keys if name == EVERY_EVENT else keys[keys["name"] == name]
+    choices = list(of_name.groupby("key")["events"].sum().sort_values(ascending=False).index)
+    key = right.selectbox("Property", choices, key="props_key")
+    frame = report.props(str(key), limit=20, name=None if name == EVERY_EVENT else str(name))
+    table("Property values", frame, "props", exact=False, value_label="Value")
+    st.caption(
+        f"Per day, the {MAX_KEYS_PER_DAY} properties sent with the most events; for each event and property, the"
+        f" {MAX_VALUES_PER_KEY} values with the most events, the rest shown as {OTHER_VALUE}. ≈ visitors: HLL union."
+    )
 
 
 def funnel(raw_report: Report | None, steps: tuple[Step, ...]) -> None:

@@ -1,8 +1,9 @@
 """The ingest ASGI app: HTTP in, :class:`ingest.pipeline.Pipeline` does the work.
 
-Routes: ``POST /api/event``, ``GET /api/event.gif`` (no-JS fallback), ``GET /t.js``,
-``GET /healthz``, ``GET /openapi.json``. The endpoints are module-level functions;
-:func:`create_app` and :func:`lifespan` wire what they use onto ``app.state``. Prometheus
+Routes: ``POST /api/event`` (Tally's beacons, or Plausible's Events API body),
+``GET /api/event.gif`` (no-JS fallback), ``GET /t.js``, ``GET /healthz``, ``GET /openapi.json``.
+The endpoints are module-level functions; :func:`create_app` and :func:`lifespan` wire what
+they use onto ``app.state``. Prometheus
 metrics are not served here, on the public port, but by ``python -m ingest`` on
 ``127.0.0.1:<ingest.metrics_port>``.
 
@@ -33,7 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ingest.beacon import ParsedBody, Rejection, parse_beacons
+from ingest.beacon import ParsedBody, Rejection, parse_beacons, parse_item_by_item, parse_valid_body
 from ingest.blocks import BlockFollower
 from ingest.durable import DurableLog
 from ingest.enrich import RequestFacts, parse_agent
@@ -41,6 +42,7 @@ from ingest.eventlog import EventLog
 from ingest.geo import country_of
 from ingest.openapi import openapi_spec
 from ingest.pipeline import Outcome, Pipeline, log_startup
+from ingest.plausible_events import PlausibleEvents, plausible_event
 from ingest.proxies import ClientAddress
 from ingest.ratelimit import BlockList, RateLimiter
 from ingest.spool import Spool
@@ -171,7 +173,8 @@ def pipeline_of(request: Request) -> Pipeline:
 
 
 async def post_event(request: Request) -> Response:
-    """``POST /api/event``: one beacon or a batch, as text/plain or application/json."""
+    """``POST /api/event``: one beacon or a batch, as text/plain or application/json; or one event
+    in Plausible's Events API body (ingest/plausible_events.py)."""
     pipeline = pipeline_of(request)
     ingest = pipeline.settings.ingest
     received_at = int(time.time() * 1000)
@@ -189,10 +192,17 @@ async def post_event(request: Request) -> Response:
     if content_type not in ACCEPTED_TYPES:
         rejection = Rejection(415, "unsupported_media_type", "send the event as text/plain or application/json")
         return json_response(await pipeline.refuse(rejection, body, received_at, ip))
-    parsed = parse_beacons(body, max_batch=ingest.max_batch)
+    facts = RequestFacts(ip, user_agent[:1000], received_at)
+    parsed: ParsedBody | Rejection | None = parse_valid_body(body, max_batch=ingest.max_batch)
+    if parsed is None:  # not Tally's valid body: Plausible's Events API body (docs/EVENTS-API.md), or invalid
+        event = plausible_event(body)
+        if event is not None:
+            plausible: PlausibleEvents = request.app.state["plausible_events"]
+            return json_response(await plausible.accept(event, body, pipeline, facts))
+        parsed = parse_item_by_item(body, max_batch=ingest.max_batch)
     if isinstance(parsed, Rejection):
         return json_response(await pipeline.refuse(parsed, body, received_at, ip))
-    return json_response(await pipeline.accept(parsed, RequestFacts(ip, user_agent[:1000], received_at)))
+    return json_response(await pipeline.accept(parsed, facts))
 
 
 async def pixel(request: Request) -> Response:
@@ -287,7 +297,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     Wires ``app.state`` for the endpoints: ``settings``, ``blocks`` (the published rate-limit
     blocks), ``limiter``, ``client_address`` (the trusted proxies, parsed once), ``snippet`` (the
-    tracker's bytes) and ``openapi_spec``; :func:`lifespan` adds each worker's ``durable_log``
+    tracker's bytes), ``openapi_spec`` and ``plausible_events`` (the sites by domain, for Plausible's
+    body); :func:`lifespan` adds each worker's ``durable_log``
     and ``pipeline``.
     """
     settings = settings or load_settings()
@@ -309,4 +320,5 @@ def create_app(settings: Settings | None = None) -> Starlette:
     )
     app.state.snippet = SNIPPET.read_bytes()
     app.state.openapi_spec = openapi_spec(max_batch=settings.ingest.max_batch)
+    app.state.plausible_events = PlausibleEvents(sites=settings.sites)
     return app

@@ -243,6 +243,8 @@ def parse_item_by_item(body: bytes, *, max_batch: int) -> ParsedBody | Rejection
         decoded = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         return Rejection(400, "malformed_json", f"the body is not valid JSON: {e}")
+    except ValueError:  # a number of over 4,300 digits: Python's int conversion limit, not a JSON error
+        return Rejection(400, "malformed_json", "the body holds a number too long to read; send numbers as text")
     except RecursionError:  # e.g. 60 KB of "[": deeper than Python's decoder can go
         return Rejection(400, "malformed_json", "the body's JSON is nested too deeply; send one object or an array")
     is_batch = isinstance(decoded, list)

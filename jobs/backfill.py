@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
-from jobs import ratelimit, sessions, traffic
+from jobs import props, ratelimit, sessions, traffic
 from jobs.delta_sink import replace_dates, table_exists
 from jobs.views import VIEW_FIELDS, with_event_ts
 from tally.log import kv
@@ -30,6 +30,7 @@ from tally.spans import spark_interval
 from tally.tables import (
     ACTIVE_5M,
     BACKFILL_VIEWS,
+    PROPS_1D,
     RATELIMIT,
     RAW_PAGEVIEWS,
     SESSIONS,
@@ -193,6 +194,7 @@ def compute_views(events: DataFrame, settings: Settings, start: dt.date, end: dt
         VISITS_1H: sessions.visits(visits, "hour"),
         VISITS_1D: sessions.visits(visits, "day"),
         RATELIMIT: ratelimit.ratelimit_counts(windowed),
+        PROPS_1D: props.props_days(windowed),
     }
 
 

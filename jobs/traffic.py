@@ -11,21 +11,17 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.sketch_columns import digest_of_values, merged_digest, merged_visitors_sketch, visitors_sketch
-from jobs.views import GRAIN_INTERVAL, dimension_value, event_date, is_pageview, reportable
+from jobs.views import GRAIN_INTERVAL, dimension_value, event_date, is_custom_event, is_pageview, reportable
 from tally.dimensions import ALL, TRAFFIC_DIMENSIONS, Grain
 from tally.spans import spark_interval
 
 # The hopping "active visitors" window: its length and its step.
 ACTIVE_WINDOW = dt.timedelta(minutes=5)
 ACTIVE_STEP = dt.timedelta(minutes=1)
-
-
-def _is_custom_event() -> Column:
-    return F.col("type") == "event"
 
 
 def by_dimension(events: DataFrame, dimensions: dict[str, str]) -> DataFrame:
@@ -36,7 +32,7 @@ def by_dimension(events: DataFrame, dimensions: dict[str, str]) -> DataFrame:
         for name, col in dimensions.items()
     ]
     pairs.append(
-        F.when(_is_custom_event(), F.struct(F.lit("event").alias("dimension"), dimension_value("name").alias("value")))
+        F.when(is_custom_event(), F.struct(F.lit("event").alias("dimension"), dimension_value("name").alias("value")))
     )
     exploded = events.withColumn("dim", F.explode(F.array_compact(F.array(*pairs))))
     return exploded.withColumn("dimension", F.col("dim.dimension")).withColumn("value", F.col("dim.value")).drop("dim")
@@ -54,7 +50,7 @@ def traffic_minutes(events: DataFrame) -> DataFrame:
         .groupBy(F.col("site_id"), window.alias("w"), F.col("dimension"), F.col("value"))
         .agg(
             F.count_if(is_pageview()).alias("pageviews"),
-            F.count_if(_is_custom_event()).alias("events"),
+            F.count_if(is_custom_event()).alias("events"),
             visitors_sketch(F.col("visitor_id")).alias("visitors_sketch"),
             F.collect_list(F.when(F.col("type") == "engagement", F.col("engagement_ms"))).alias("engagement_values"),
             F.collect_list(F.when(is_pageview(), F.col("load_ms"))).alias("load_values"),

@@ -166,6 +166,17 @@ def cmd_traffic(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if sent.failed == 0 else 1
 
 
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    from api.mcp_server import McpStartError, serve_stdio  # the MCP SDK loads only for this command
+
+    try:
+        serve_stdio(settings)
+    except McpStartError as e:
+        print(f"tally mcp: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tally", description="Tally: self-hosted, privacy-first web analytics.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -221,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--target", help="ingest base URL (default: the configured ingest)")
     apikey = add("apikey", run_apikey, "Create, list and revoke Stats API keys (stored hashed, scoped to sites).")
     add_apikey_arguments(apikey)
+    add(
+        "mcp",
+        cmd_mcp,
+        "Serve the Stats API to an MCP client (e.g. Claude Desktop) over stdio: tools query and list_sites."
+        " The API key is read from TALLY_API_KEY (tally apikey create); docs/API.md, section MCP.",
+    )
     user = add("user", run_user, "Manage dashboard users (add, list, remove, hash); passwords are stored hashed.")
     add_user_arguments(user)
     share = add("share", run_share, "Create, list and revoke signed, expiring, read-only dashboard share links.")

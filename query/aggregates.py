@@ -21,10 +21,11 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from query.goals import Step
+from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.settings import Settings
 from tally.sketches import Estimate, digest_quantiles, merge_digests, union_estimate
 from tally.storage import open_table
-from tally.tables import ACTIVE_5M, TRAFFIC_1D, TRAFFIC_BY_GRAIN, VISITS_1D, VISITS_BY_GRAIN
+from tally.tables import ACTIVE_5M, PROPS_1D, TRAFFIC_1D, TRAFFIC_BY_GRAIN, VISITS_1D, VISITS_BY_GRAIN
 
 QUANTILES = (0.5, 0.9, 0.99)
 REFRESH_SECONDS = 5.0  # how stale a table snapshot may get before the next read reloads it
@@ -250,6 +251,67 @@ def goal_visitors(agg: Aggregates, site_id: str, days: Range, step: Step) -> Est
     return union_estimate(rows["visitors_sketch"])
 
 
+def kept_keys(rows: pd.DataFrame) -> pd.DataFrame:
+    """(event_date, key) pairs a report shows: each day's ``MAX_KEYS_PER_DAY`` keys carried by the
+    most events, over every event name (ties: the key that sorts first). ``rows``: agg.props_1d rows
+    with at least ``event_date``, ``key`` and ``events``."""
+    by_key = rows.groupby(["event_date", "key"], as_index=False)["events"].sum()
+    by_key = by_key.sort_values(["event_date", "events", "key"], ascending=[True, False, True])
+    return by_key[by_key.groupby("event_date").cumcount() < MAX_KEYS_PER_DAY][["event_date", "key"]]
+
+
+def fold_values(rows: pd.DataFrame) -> pd.DataFrame:
+    """agg.props_1d rows with each (day, event name, key)'s values past ``MAX_VALUES_PER_KEY`` (by
+    events, ties: the value that sorts first) renamed ``(other)``; a later group-by adds their events
+    and unions their sketches."""
+    ranked = rows.sort_values(
+        ["event_date", "name", "key", "events", "value"], ascending=[True, True, True, False, True]
+    )
+    past_cap = ranked.groupby(["event_date", "name", "key"]).cumcount() >= MAX_VALUES_PER_KEY
+    return ranked.assign(value=ranked["value"].where(~past_cap, OTHER_VALUE))
+
+
+def property_keys(agg: Aggregates, site_id: str, days: Range) -> pd.DataFrame:
+    """The property keys of custom events a report can break down (each day's kept keys), with the
+    event name and its events, most events first (for the key picker)."""
+    rows = agg.rows(PROPS_1D.table, site_id, days, ["event_date", "name", "key", "events"])
+    if rows.empty:
+        return pd.DataFrame(columns=["name", "key", "events"])
+    rows = rows.merge(kept_keys(rows), on=["event_date", "key"])
+    sums = rows.groupby(["name", "key"], as_index=False)["events"].sum()
+    return sums.sort_values(["events", "name", "key"], ascending=[False, True, True]).reset_index(drop=True)
+
+
+def props(
+    agg: Aggregates, site_id: str, days: Range, key: str, *, name: str | None = None, limit: int = 10
+) -> pd.DataFrame:
+    """Values of one property key (of one event name, or of every one): exact events and ≈ visitors
+    (an HLL union, with its relative 95% bound), the ``limit`` values with the most events first,
+    then ``(other)``: the values past the bound of ``tally.props``, folded day by day."""
+    columns = ["value", "events", "visitors", "visitors_bound"]
+    every_key = agg.rows(PROPS_1D.table, site_id, days, ["event_date", "key", "events"])
+    kept = kept_keys(every_key) if not every_key.empty else every_key
+    kept_days = kept.loc[kept["key"] == key, "event_date"].tolist()
+    where = pc.field("key") == key
+    if name is not None:
+        where = where & (pc.field("name") == name)
+    rows = agg.rows(
+        PROPS_1D.table, site_id, days, ["event_date", "name", "key", "value", "events", "visitors_sketch"], where
+    )
+    rows = rows[rows["event_date"].isin(kept_days)]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    folded = fold_values(rows)
+    sums = folded.groupby("value", as_index=False)["events"].sum()
+    named = sums[sums["value"] != OTHER_VALUE].sort_values(["events", "value"], ascending=[False, True])
+    shown = pd.concat([named.head(limit), sums[sums["value"] == OTHER_VALUE]], ignore_index=True)
+    sketches = folded[folded["value"].isin(shown["value"])].groupby("value")["visitors_sketch"].agg(list)
+    estimates = {value: union_estimate(s) for value, s in sketches.items()}
+    shown["visitors"] = shown["value"].map(lambda v: round(estimates[v].value))
+    shown["visitors_bound"] = shown["value"].map(lambda v: estimates[v].relative_error)
+    return shown[columns]
+
+
 @dataclass(frozen=True)
 class AggregateReport:
     """The standard panels of one site and range, from the aggregate tables (same methods as
@@ -274,3 +336,9 @@ class AggregateReport:
 
     def goal(self, step: Step) -> Estimate:
         return goal_visitors(self.agg, self.site_id, self.days, step)
+
+    def props(self, key: str, limit: int = 10, name: str | None = None) -> pd.DataFrame:
+        return props(self.agg, self.site_id, self.days, key, name=name, limit=limit)
+
+    def property_keys(self) -> pd.DataFrame:
+        return property_keys(self.agg, self.site_id, self.days)

@@ -1,40 +1,53 @@
-"""Answer a :class:`query.spec.Query` through a :class:`query.report.Report`.
+"""Answer a :class:`query.spec.Query` from the aggregate tables when it fits them, else exactly from raw events.
 
-The aggregate tables answer a query without filters; a query with filters is answered from
-``raw.pageviews`` (exact), because a view row holds one dimension only. Either way the figures
-come from the same report methods the dashboard's panels call, so no figure is computed two
-ways. ``meta`` says which source answered and, per metric, whether it is exact or approximate
-with its 95% bound.
+A query fits the aggregates when it has no filters, whole days, at most one dimension that the
+views keep, and metrics that view rows carry (:func:`fits_aggregates`); it is then answered by
+the same report methods the dashboard's panels call. Anything else (filters of any shape,
+several dimensions, goals, custom properties, weeks and months, conversion rates) is answered
+by :class:`query.exact.ExactQuery` over ``raw.pageviews``. Either way no figure is computed two
+ways, and ``meta`` says which source answered and, per metric, whether it is exact or
+approximate with its 95% bound. ``include.compare`` runs the same query over the comparison
+range and puts its figures and the change beside each row, as Plausible's response does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 
+from query.exact import ExactQuery, time_label
 from query.report import Report
 from query.spec import (
     MAX_LIMIT,
     PERCENTILE_METRICS,
-    RAW_FILTERS,
     VISIT_METRICS,
-    Filter,
     Query,
     QueryError,
+    dimension,
 )
 from tally.sketches import Estimate
 
 VISITORS_MEANING = (
     "daily visitor ids: a visitor's id changes every UTC day, so someone who came on 3 days of the range counts 3 times"
 )
-# Reports by source: "aggregates" (no filters) or "raw" (the filters, as the dashboard's drill-down takes them).
-ReportFor = Callable[[Mapping[str, str]], Report]
+_TIME_METRICS = ("visitors", "pageviews", "visits")
+_TRAFFIC_METRICS = ("visitors", "pageviews", "events", "percentage", "visits", "bounce_rate", "visit_duration")
+_ENTRY_EXIT_METRICS = ("visits", "bounce_rate", "visit_duration")
+_COUNTS = ("visitors", "pageviews", "events", "visits")  # 0 where a row has none; rates are null
+
+
+class Sources(Protocol):
+    """Where answers come from (:class:`query.sources.Sources`)."""
+
+    def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report: ...
+    def exact(self, site_id: str) -> ExactQuery | None: ...
 
 
 @dataclass(frozen=True)
@@ -45,58 +58,117 @@ class Answer:
     meta: dict[str, Any]
 
 
-def raw_filters(filters: tuple[Filter, ...]) -> dict[str, str]:
-    """The filters as the raw drill-down takes them (one value per dimension, all of them to hold);
-    anything else is refused by name."""
-    flat: list[Filter] = []
-    pending = list(filters)
-    while pending:
-        f = pending.pop(0)
-        if f.op == "and":
-            pending[:0] = f.children
-        else:
-            flat.append(f)
-    chosen: dict[str, str] = {}
-    for f in flat:
-        if f.op != "is" or len(f.values) != 1 or not f.case_sensitive:
-            raise QueryError(
-                "filters", f"filter {f.op!r} is not supported yet: only 'is' with one value, combined by 'and'"
-            )
-        if f.dimension not in RAW_FILTERS:
-            raise QueryError("filters", f"a filter on {f.dimension!r} is not supported yet")
-        key = RAW_FILTERS[f.dimension]
-        if key in chosen and chosen[key] != f.values[0]:
-            raise QueryError("filters", f"two different values of {f.dimension!r} can never both hold")
-        chosen[key] = f.values[0]
-    return chosen
+def fits_aggregates(query: Query) -> bool:
+    """Whether the aggregate views hold this query's answer (otherwise raw events answer it)."""
+    if query.filters or query.between is not None or len(query.dimensions) > 1 or "conversion_rate" in query.metrics:
+        return False
+    metrics = set(query.metrics)
+    d = query.dimension
+    if d is None:
+        return True
+    if not d.aggregated:
+        return False
+    if d.kind == "time":
+        return metrics <= set(_TIME_METRICS)
+    if d.kind == "visit":
+        return metrics <= set(_ENTRY_EXIT_METRICS)
+    if d.name == "page" and metrics & set(VISIT_METRICS):
+        return False  # the visit views keep entry and exit pages, not every page of a visit
+    return metrics <= set(_TRAFFIC_METRICS)
 
 
-def run(query: Query, report_for: ReportFor) -> Answer:
-    """Answer ``query``; raises :class:`QueryError` for a combination Tally cannot answer yet."""
-    filters = raw_filters(query.filters)
-    report = report_for(filters)
-    dimension = query.dimension
-    if dimension is None:
-        rows = [_total_row(report, query.metrics)]
-    elif dimension.kind == "time":
-        rows = _time_rows(report, query, dimension.name)
-    elif dimension.kind == "traffic" and not set(query.metrics) <= set(VISIT_METRICS):
-        rows = _traffic_rows(report, query, dimension.name)
-    else:
-        rows = _visit_rows(report, query, dimension.name)
+def run(query: Query, sources: Sources) -> Answer:
+    """Answer ``query``; raises :class:`QueryError` for a question Tally cannot answer."""
+    rows, source = _rows(query, sources)
     rows = _ordered(rows, query)
-    meta: dict[str, Any] = {"source": "raw" if report.exact is True else "aggregates", "metrics": {}}
-    for metric in query.metrics:
-        meta["metrics"][metric] = _metric_meta(metric, rows, exact=report.exact)
+    meta: dict[str, Any] = {"source": source, "metrics": {m: _metric_meta(m, rows, source) for m in query.metrics}}
     if "visitors" in query.metrics or "percentage" in query.metrics:
         meta["visitors"] = VISITORS_MEANING
+    time_dims = [name for name in query.dimensions if name.startswith("time")]
+    labels = _time_labels(query, dimension(time_dims[0]).name) if time_dims else []
+    if query.compare is not None:
+        rows = _compared(query, rows, sources, labels, time_dims[0] if time_dims else None)
+        meta["comparison_date_range"] = [query.compare[0].isoformat(), query.compare[1].isoformat()]
     if query.total_rows:
         meta["total_rows"] = len(rows)
-    if query.time_labels and dimension is not None and dimension.kind == "time":
-        meta["time_labels"] = _time_labels(query, dimension.name)
+    if query.time_labels and time_dims:
+        meta["time_labels"] = labels
     page = rows[query.offset : query.offset + query.limit]
-    results = [{"dimensions": r["dimensions"], "metrics": [r["metrics"][m] for m in query.metrics]} for r in page]
+    results = [_result(r, query.metrics) for r in page]
     return Answer(results, meta)
+
+
+def _rows(query: Query, sources: Sources) -> tuple[list[dict[str, Any]], str]:
+    if fits_aggregates(query):
+        report = sources.aggregate_report(query.site_id, query.start, query.end)
+        return _aggregate_rows(report, query), "aggregates"
+    exact = sources.exact(query.site_id)
+    return (exact.answer(query) if exact is not None else []), "raw"
+
+
+def _aggregate_rows(report: Report, query: Query) -> list[dict[str, Any]]:
+    d = query.dimension
+    if d is None:
+        return [_total_row(report, query.metrics)]
+    if d.kind == "time":
+        return _time_rows(report, query, d.name)
+    if d.kind == "traffic" and not set(query.metrics) <= set(VISIT_METRICS):
+        return _traffic_rows(report, query, d.name)
+    return _visit_rows(report, query, d.name)
+
+
+def _compared(
+    query: Query, rows: list[dict[str, Any]], sources: Sources, labels: list[str], time_dim: str | None
+) -> list[dict[str, Any]]:
+    """Each row with ``comparison``: the same dimensions over the comparison range, its metrics and the change."""
+    assert query.compare is not None
+    before = dataclasses.replace(query, start=query.compare[0], end=query.compare[1], between=None, compare=None)
+    earlier = {tuple(r["dimensions"]): r["metrics"] for r in _rows(before, sources)[0]}
+    position = query.dimensions.index(time_dim) if time_dim else -1
+    lookup: dict[str, str] = {}
+    if time_dim:  # as Plausible: every bucket gets a row, so that each has its comparison
+        lookup = dict(zip(labels, _time_labels(before, dimension(time_dim).name), strict=False))
+        present = {r["dimensions"][position] for r in rows}
+        if len(query.dimensions) == 1:
+            zero = {m: (0 if m in _TIME_METRICS or m == "events" else None) for m in query.metrics}
+            rows = sorted(
+                [*rows, *({"dimensions": [t], "metrics": dict(zero)} for t in labels if t not in present)],
+                key=lambda r: r["dimensions"],
+            )
+            rows = _ordered(rows, query)
+    out = []
+    for row in rows:
+        dims = list(row["dimensions"])
+        if position >= 0:
+            dims[position] = lookup.get(dims[position], dims[position])
+        values = earlier.get(tuple(dims), {})
+        then = [_plain(values.get(m, 0 if m in _COUNTS else None)) for m in query.metrics]
+        now = [_plain(row["metrics"][m]) for m in query.metrics]
+        change = [_change(m, old, new) for m, old, new in zip(query.metrics, then, now, strict=True)]
+        out.append({**row, "comparison": {"dimensions": dims, "metrics": then, "change": change}})
+    return out
+
+
+def _change(metric: str, old: Any, new: Any) -> float | int | None:
+    """Plausible's change: points for rates, else a whole percentage (100 from nothing, 0 for nothing to nothing)."""
+    if old is None or new is None:
+        return None
+    if metric in ("bounce_rate", "conversion_rate", "percentage"):
+        return round(float(new - old), 1) if old > 0 or metric != "bounce_rate" else None
+    if old == 0:
+        return 100 if new > 0 else 0
+    return round(float(new - old) / float(old) * 100)
+
+
+def _result(row: dict[str, Any], metrics: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {"dimensions": row["dimensions"], "metrics": [_plain(row["metrics"][m]) for m in metrics]}
+    if "comparison" in row:
+        out["comparison"] = row["comparison"]
+    return out
+
+
+def _plain(value: Any) -> Any:
+    return round(value.value) if isinstance(value, Estimate) else value
 
 
 def _total_row(report: Report, metrics: tuple[str, ...]) -> dict[str, Any]:
@@ -198,10 +270,14 @@ def _ordered(rows: list[dict[str, Any]], query: Query) -> list[dict[str, Any]]:
     rows = sorted(rows, key=lambda r: r["dimensions"])
     for name, descending in reversed(query.order_by):
         if name in query.dimensions:
-            rows.sort(key=lambda r: r["dimensions"][0], reverse=descending)
+            rows.sort(key=functools.partial(_dimension_of, query.dimensions.index(name)), reverse=descending)
         else:
             rows.sort(key=functools.partial(_metric_of, name), reverse=descending)
     return rows
+
+
+def _dimension_of(position: int, row: dict[str, Any]) -> str:
+    return str(row["dimensions"][position])
 
 
 def _metric_of(name: str, row: dict[str, Any]) -> float:
@@ -214,20 +290,20 @@ def _sort_value(value: Any) -> float:
     return -math.inf if value is None else float(value)
 
 
-def _metric_meta(metric: str, rows: list[dict[str, Any]], *, exact: bool) -> dict[str, Any]:
-    """Exact, or approximate with the largest 95% relative bound among the rows; and the values become plain numbers."""
-    approximate = not exact and metric in ("visitors", "percentage", *PERCENTILE_METRICS)
+def _metric_meta(metric: str, rows: list[dict[str, Any]], source: str) -> dict[str, Any]:
+    """Exact, or approximate with the largest 95% relative bound among the rows."""
+    approximate = source == "aggregates" and metric in ("visitors", "percentage", *PERCENTILE_METRICS)
     info: dict[str, Any] = {"exact": not approximate}
     if metric == "visitors" and approximate:
         bounds = [r["metrics"][metric].relative_error for r in rows if isinstance(r["metrics"][metric], Estimate)]
         info["bound_95"] = round(max(bounds, default=0.0), 4)
         info["method"] = "HyperLogLog union of the views' sketches"
+    if metric == "percentage" and approximate:
+        info["method"] = "≈ visitors of the row / ≈ all visitors (both HyperLogLog estimates)"
     if metric in PERCENTILE_METRICS and approximate:
         info["method"] = "merged t-digests (rank error about 0.5%)"
-    for row in rows:
-        value = row["metrics"][metric]
-        if isinstance(value, Estimate):
-            row["metrics"][metric] = round(value.value)
+    if source == "raw":
+        info["method"] = "counted from raw events"
     return info
 
 
@@ -243,16 +319,28 @@ def _round(value: float | None, digits: int) -> float | int | None:
 
 
 def _time_label(value: Any, grain: str) -> str:
-    stamp = pd.Timestamp(value)
-    return str(stamp.strftime("%Y-%m-%d" if grain == "day" else "%Y-%m-%dT%H:00:00Z"))
+    return time_label(pd.Timestamp(value).to_pydatetime(), grain, dt.date.min)
 
 
 def _time_labels(query: Query, grain: str) -> list[str]:
-    start = dt.datetime.combine(query.start, dt.time(), dt.UTC)
-    end = dt.datetime.combine(query.end + dt.timedelta(days=1), dt.time(), dt.UTC)
+    """Every bucket of the range, as Plausible lists them (weeks by Monday, months by their first day)."""
+    labels: list[str] = []
+    if grain == "month":
+        year, month = query.start.year, query.start.month
+        while (year, month) <= (query.end.year, query.end.month):
+            labels.append(dt.date(year, month, 1).isoformat())
+            year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+        return labels
+    if grain == "week":
+        monday = query.start - dt.timedelta(days=query.start.weekday())
+        while monday <= query.end:
+            labels.append(max(monday, query.start).isoformat())
+            monday += dt.timedelta(days=7)
+        return labels
+    at = dt.datetime.combine(query.start, dt.time())
+    end = dt.datetime.combine(query.end + dt.timedelta(days=1), dt.time())
     step = dt.timedelta(days=1) if grain == "day" else dt.timedelta(hours=1)
-    labels, at = [], start
     while at < end:
-        labels.append(_time_label(at, grain))
+        labels.append(time_label(at, grain, query.start))
         at += step
     return labels

@@ -13,22 +13,29 @@ from collections.abc import Mapping
 from typing import Any
 
 from query.spec import (
-    DIMENSIONS,
+    COMPARISONS,
+    FILTER_OPERATORS,
+    GOAL,
     MAX_LIMIT,
     MAX_RANGE_DAYS,
     METRICS,
     Filter,
     Query,
     QueryError,
+    dimension,
 )
 
 RANGE_SHORTCUTS = ("day", "24h", "7d", "28d", "30d", "91d", "month", "6mo", "12mo", "year", "all")
 KNOWN_KEYS = ("site_id", "date_range", "metrics", "dimensions", "filters", "order_by", "include", "pagination", "date")
-ALL_TIME_START = dt.date(2020, 1, 1)  # "all": Tally refuses events before 2020 (quality.earliest_year)
+ALL_TIME_START = dt.date(2020, 1, 1)
+MAX_DIMENSIONS = 4  # each one multiplies the rows; Plausible's own queries rarely use more than two
+MAX_FILTER_VALUES = 100
+MAX_FILTER_TEXT = 1000  # "all": Tally refuses events before 2020 (quality.earliest_year)
 
 
-def parse_query(body: Any, *, today: dt.date) -> Query:
-    """Read a v2 request body; ``today`` is the UTC date relative ranges count from."""
+def parse_query(body: Any, *, today: dt.date, now: dt.datetime | None = None) -> Query:
+    """Read a v2 request body; ``today`` is the UTC date relative ranges count from (and ``now``
+    the instant ``24h`` ends at: the end of ``today`` unless given)."""
     if not isinstance(body, Mapping):
         raise QueryError("body", "the request body must be a JSON object")
     unknown = sorted(set(body) - set(KNOWN_KEYS))
@@ -39,7 +46,11 @@ def parse_query(body: Any, *, today: dt.date) -> Query:
         raise QueryError("site_id", "site_id is required: the site's id as configured in Tally")
     if "date" in body:
         today = _date(body["date"], "date")
-    start, end = parse_date_range(body.get("date_range"), today=today)
+    between = parse_time_range(body.get("date_range"), now=now or _end_of(today))
+    if between is not None:
+        start, end = between[0].date(), (between[1] - dt.timedelta(microseconds=1)).date()
+    else:
+        start, end = parse_date_range(body.get("date_range"), today=today)
     metrics = _metrics(body.get("metrics"))
     dimensions = _dimensions(body.get("dimensions", []))
     filters = tuple(parse_filter(f, f"filters[{i}]") for i, f in enumerate(_list(body.get("filters", []), "filters")))
@@ -48,16 +59,20 @@ def parse_query(body: Any, *, today: dt.date) -> Query:
     limit, offset = _pagination(body.get("pagination", {}))
     if "percentage" in metrics and not dimensions:
         raise QueryError("metrics", "metric 'percentage' needs at least one dimension")
+    if "conversion_rate" in metrics and GOAL not in dimensions and not _mentions_goal(filters):
+        raise QueryError("metrics", "metric 'conversion_rate' needs an event:goal dimension or an event:goal filter")
     return Query(
         site_id=site_id,
         start=start,
         end=end,
+        between=between,
         metrics=metrics,
         dimensions=dimensions,
         filters=filters,
         order_by=order_by,
-        time_labels=include.get("time_labels", False),
-        total_rows=include.get("total_rows", False),
+        time_labels=bool(include.get("time_labels", False)),
+        total_rows=bool(include.get("total_rows", False)),
+        compare=_comparison(include.get("compare"), start, end),
         limit=limit,
         offset=offset,
     )
@@ -71,8 +86,6 @@ def parse_date_range(value: Any, *, today: dt.date) -> tuple[dt.date, dt.date]:
         return _shortcut(value, today)
     if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
         raise QueryError("date_range", 'date_range is a shortcut such as "7d" or a pair of ISO dates')
-    if any("T" in v for v in value):
-        raise QueryError("date_range", "date-time ranges are not supported yet: give a pair of dates (UTC days)")
     start, end = _date(value[0], "date_range[0]"), _date(value[1], "date_range[1]")
     if end < start:
         raise QueryError("date_range", "date_range ends before it starts")
@@ -81,11 +94,41 @@ def parse_date_range(value: Any, *, today: dt.date) -> tuple[dt.date, dt.date]:
     return start, end
 
 
+def parse_time_range(value: Any, *, now: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
+    """``24h`` or a pair of ISO date-times as a half-open UTC interval; None for a range of whole days."""
+    if value == "24h":
+        return now - dt.timedelta(hours=24), now
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) and "T" in v for v in value)):
+        if isinstance(value, list) and any(isinstance(v, str) and "T" in v for v in value):
+            raise QueryError("date_range", "date_range is two dates or two date-times, not one of each")
+        return None
+    first, last = (_instant(v, f"date_range[{i}]") for i, v in enumerate(value))
+    if last <= first:
+        raise QueryError("date_range", "date_range ends before it starts")
+    if (last - first).days >= MAX_RANGE_DAYS:
+        raise QueryError("date_range", f"date_range may span at most {MAX_RANGE_DAYS} days")
+    return first, last
+
+
+def _instant(value: str, where: str) -> dt.datetime:
+    try:
+        instant = dt.datetime.fromisoformat(value)
+    except ValueError as e:
+        raise QueryError(where, f"{where}: {value!r} is not an ISO date-time (2026-01-31T12:00:00Z)") from e
+    if instant.tzinfo is None:
+        instant = instant.replace(tzinfo=dt.UTC)  # as Plausible: a time without an offset is in the site's zone (UTC)
+    if not ALL_TIME_START.year <= instant.year <= 9000:
+        raise QueryError(where, f"{where}: {value!r} is out of range")
+    return instant.astimezone(dt.UTC)
+
+
+def _end_of(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.UTC)
+
+
 def _shortcut(name: str, today: dt.date) -> tuple[dt.date, dt.date]:
-    if name in ("day", "24h"):
-        if name == "24h":  # the last 24 hours need hour edges; UTC days are what the views keep
-            raise QueryError("date_range", "date_range '24h' is not supported yet: use 'day' or two dates")
-        return today, today
+    if name in ("day", "24h"):  # 24h as days: the two dates it touches (parse_time_range has the instants)
+        return (today - dt.timedelta(days=1) if name == "24h" else today), today
     if name.endswith("d"):
         return today - dt.timedelta(days=int(name[:-1]) - 1), today
     month_start = today.replace(day=1)
@@ -116,13 +159,13 @@ def parse_filter(value: Any, where: str) -> Filter:
         if len(value) != 2:
             raise QueryError(where, f"{where}: 'not' takes one filter")
         return Filter(op, children=(parse_filter(value[1], f"{where}[1]"),))
-    if op not in ("is", "is_not", "contains", "contains_not", "matches", "matches_not"):
+    if op not in FILTER_OPERATORS:
         raise QueryError(where, f"filter operator {op!r} is not supported")
     if len(value) not in (3, 4):
         raise QueryError(where, f"{where}: a filter is [operator, dimension, [values]] (and optional modifiers)")
-    dimension = value[1]
-    if not isinstance(dimension, str) or dimension not in DIMENSIONS or dimension.startswith("time"):
-        raise QueryError(where, f"dimension {dimension!r} is not supported in filters")
+    name = value[1]
+    if not isinstance(name, str) or not _known(name) or name.startswith("time"):
+        raise QueryError(where, f"dimension {name!r} is not supported in filters")
     clauses = _list(value[2], f"{where}[2]")
     if not clauses or not all(isinstance(c, str) for c in clauses):
         raise QueryError(where, f"{where}: the values to match are a non-empty list of strings")
@@ -134,7 +177,21 @@ def parse_filter(value: Any, where: str) -> Filter:
         if not isinstance(modifiers.get("case_sensitive", True), bool):
             raise QueryError(where, f"{where}: case_sensitive is true or false")
         case_sensitive = modifiers.get("case_sensitive", True)
-    return Filter(op, dimension=dimension, values=tuple(clauses), case_sensitive=case_sensitive)
+    if len(clauses) > MAX_FILTER_VALUES or any(len(c) > MAX_FILTER_TEXT for c in clauses):
+        raise QueryError(where, f"{where}: at most {MAX_FILTER_VALUES} values of at most {MAX_FILTER_TEXT} characters")
+    return Filter(op, dimension=name, values=tuple(clauses), case_sensitive=case_sensitive)
+
+
+def _known(name: str) -> bool:
+    try:
+        dimension(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _mentions_goal(filters: tuple[Filter, ...]) -> bool:
+    return any(f.dimension == GOAL or _mentions_goal(f.children) for f in filters)
 
 
 def _metrics(value: Any) -> tuple[str, ...]:
@@ -151,20 +208,23 @@ def _metrics(value: Any) -> tuple[str, ...]:
 
 def _dimensions(value: Any) -> tuple[str, ...]:
     dimensions = _list(value, "dimensions")
-    for dimension in dimensions:
-        if not isinstance(dimension, str) or dimension not in DIMENSIONS:
-            raise QueryError("dimensions", f"dimension {dimension!r} is not supported")
-    if len(dimensions) > 1:
-        raise QueryError("dimensions", "more than one dimension in a query is not supported yet")
+    for name in dimensions:
+        if not isinstance(name, str) or not _known(name):
+            raise QueryError("dimensions", f"dimension {name!r} is not supported")
+    if len(set(dimensions)) != len(dimensions):
+        raise QueryError("dimensions", "a dimension is listed twice")
+    if sum(1 for name in dimensions if name.startswith("time")) > 1:
+        raise QueryError("dimensions", "at most one time dimension")
+    if len(dimensions) > MAX_DIMENSIONS:
+        raise QueryError("dimensions", f"at most {MAX_DIMENSIONS} dimensions")
     return tuple(dimensions)
 
 
 def _order_by(value: Any, metrics: tuple[str, ...], dimensions: tuple[str, ...]) -> tuple[tuple[str, bool], ...]:
     """``(name, descending)`` pairs; by default the time dimension ascending, else the first metric descending."""
     if value is None:
-        if dimensions and dimensions[0].startswith("time"):
-            return ((dimensions[0], False),)
-        return ((metrics[0], True),)
+        times = [name for name in dimensions if name.startswith("time")]
+        return ((times[0], False), (metrics[0], True)) if times else ((metrics[0], True),)
     pairs = []
     for i, item in enumerate(_list(value, "order_by")):
         if not (isinstance(item, list) and len(item) == 2 and item[1] in ("asc", "desc")):
@@ -175,17 +235,37 @@ def _order_by(value: Any, metrics: tuple[str, ...], dimensions: tuple[str, ...])
     return tuple(pairs)
 
 
-def _include(value: Any) -> dict[str, bool]:
+def _include(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise QueryError("include", 'include is an object such as {"total_rows": true}')
     for key, flag in value.items():
         if key not in ("time_labels", "total_rows", "imports", "compare"):
             raise QueryError("include", f"include.{key} is not supported")
-        if key == "compare" and flag is not None:
-            raise QueryError("include", "include.compare is not supported yet")
         if key in ("time_labels", "total_rows", "imports") and not isinstance(flag, bool):
             raise QueryError("include", f"include.{key} is true or false")
-    return {k: bool(v) for k, v in value.items() if k in ("time_labels", "total_rows")}
+    return dict(value)
+
+
+def _comparison(value: Any, start: dt.date, end: dt.date) -> tuple[dt.date, dt.date] | None:
+    """``previous_period`` (as long, just before), ``year_over_year`` (the same dates a year
+    earlier) or a pair of ISO dates; None when no comparison is asked for."""
+    if value is None:
+        return None
+    if value == "previous_period":
+        length = end - start + dt.timedelta(days=1)
+        return start - length, end - length
+    if value == "year_over_year":
+        return _year_before(start), _year_before(end)
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        first, last = _date(value[0], "include.compare[0]"), _date(value[1], "include.compare[1]")
+        if last < first or (last - first).days >= MAX_RANGE_DAYS:
+            raise QueryError("include", f"include.compare: a range of at most {MAX_RANGE_DAYS} days, start first")
+        return first, last
+    raise QueryError("include", f"include.compare is {', '.join(COMPARISONS)} or a pair of ISO dates")
+
+
+def _year_before(day: dt.date) -> dt.date:
+    return day.replace(year=day.year - 1, day=28) if (day.month, day.day) == (2, 29) else day.replace(year=day.year - 1)
 
 
 def _pagination(value: Any) -> tuple[int, int]:

@@ -11,6 +11,8 @@ import datetime as dt
 from collections.abc import Mapping
 
 from query.aggregates import AggregateReport, Aggregates, Range
+from query.exact import ExactQuery
+from query.goals import Step
 from query.raw import RawQuery
 from query.report import Report
 from tally.settings import Settings
@@ -36,6 +38,19 @@ class Sources:
         if table is None:
             return None
         return RawQuery(table.to_pyarrow_dataset(), site_id, days, filters, session_gap_ms(self.settings))
+
+    def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report:
+        """The aggregate tables' report of a site over a range of dates."""
+        return AggregateReport(self.aggregates, site_id, Range(start, end))
+
+    def exact(self, site_id: str) -> ExactQuery | None:
+        """Any query over the site's raw events, exact; None before the archiver has written anything."""
+        table = find_table(self.settings, RAW_PAGEVIEWS)
+        if table is None:
+            return None
+        site = next((s for s in self.settings.sites if s.site_id == site_id), None)
+        goals = tuple(Step.parse(g) for g in site.goals) if site is not None else ()
+        return ExactQuery(table.to_pyarrow_dataset(), site_id, session_gap_ms(self.settings), goals)
 
     def report(self, site_id: str, start: dt.date, end: dt.date, filters: Mapping[str, str]) -> Report:
         """The aggregate report without filters; with filters, raw events (exact; empty before any)."""

@@ -17,35 +17,70 @@ MAX_LIMIT = 10_000  # rows a query may ask for at once
 # Metrics Tally answers. Engagement and load percentiles are Tally's own (merged t-digests).
 EXACT_METRICS = ("visits", "pageviews", "views_per_visit", "bounce_rate", "visit_duration", "events")
 PERCENTILE_METRICS = tuple(f"{kind}_p{q}" for kind in ("engagement", "load") for q in (50, 90, 99))
-METRICS = ("visitors", *EXACT_METRICS, "percentage", *PERCENTILE_METRICS)
+METRICS = ("visitors", *EXACT_METRICS, "percentage", "conversion_rate", *PERCENTILE_METRICS)
 VISIT_METRICS = ("visits", "views_per_visit", "bounce_rate", "visit_duration")
 
-Kind = Literal["time", "traffic", "visit"]
+Kind = Literal["time", "traffic", "visit", "event"]
+PROPS_PREFIX = "event:props:"
+GOAL = "event:goal"
 
 
 @dataclass(frozen=True)
 class Dimension:
-    """An API dimension: where its rows come from and which Tally dimension it is."""
+    """An API dimension: where its rows come from, which Tally dimension it is, and its raw column.
+
+    ``name`` is a Tally dimension (:mod:`tally.dimensions`) or the time grain; ``aggregated`` says
+    whether the aggregate views keep it (else only raw events answer it); ``column`` is its column
+    in ``raw.pageviews`` (a visit dimension's value is that of the visit's first event).
+    """
 
     kind: Kind
-    name: str  # a Tally dimension (tally.dimensions), or the time grain
+    name: str
+    column: str = ""
+    aggregated: bool = True
 
 
+_AUDIENCE = {
+    "visit:source": "source",
+    "visit:channel": "channel",
+    "visit:utm_campaign": "campaign",
+    "visit:country": "country",
+    "visit:device": "device",
+    "visit:browser": "browser",
+    "visit:os": "os",
+}
 DIMENSIONS: dict[str, Dimension] = {
     "time": Dimension("time", "day"),
     "time:day": Dimension("time", "day"),
     "time:hour": Dimension("time", "hour"),
-    "event:page": Dimension("traffic", "page"),
-    "visit:source": Dimension("traffic", "source"),
-    "visit:channel": Dimension("traffic", "channel"),
-    "visit:utm_campaign": Dimension("traffic", "campaign"),
-    "visit:country": Dimension("traffic", "country"),
-    "visit:device": Dimension("traffic", "device"),
-    "visit:browser": Dimension("traffic", "browser"),
-    "visit:os": Dimension("traffic", "os"),
-    "visit:entry_page": Dimension("visit", "entry_page"),
-    "visit:exit_page": Dimension("visit", "exit_page"),
+    "time:week": Dimension("time", "week", aggregated=False),
+    "time:month": Dimension("time", "month", aggregated=False),
+    "event:page": Dimension("traffic", "page", "path"),
+    "event:hostname": Dimension("event", "hostname", "hostname", aggregated=False),
+    "event:name": Dimension("event", "name", "name", aggregated=False),
+    GOAL: Dimension("event", "goal", aggregated=False),
+    **{api: Dimension("traffic", name, name) for api, name in _AUDIENCE.items()},
+    "visit:referrer": Dimension("traffic", "referrer", "referrer", aggregated=False),
+    **{
+        f"visit:utm_{part}": Dimension("traffic", f"utm_{part}", f"utm_{part}", aggregated=False)
+        for part in ("source", "medium", "content", "term")
+    },
+    "visit:entry_page": Dimension("visit", "entry_page", "entry_page"),
+    "visit:exit_page": Dimension("visit", "exit_page", "exit_page"),
 }
+MAX_PROP_KEY = 64  # as ingest bounds a property's key (ingest/PAYLOAD.md)
+
+
+def dimension(name: str) -> Dimension:
+    """The :class:`Dimension` of an API name, ``event:props:<key>`` included; KeyError if unknown."""
+    if name.startswith(PROPS_PREFIX):
+        key = name.removeprefix(PROPS_PREFIX)
+        if not key or len(key) > MAX_PROP_KEY:
+            raise KeyError(name)
+        return Dimension("event", "props", key, aggregated=False)
+    return DIMENSIONS[name]
+
+
 # Filters answered exactly from raw events: API dimension -> the dashboard's filter key.
 RAW_FILTERS = {
     "event:page": "page",
@@ -54,6 +89,8 @@ RAW_FILTERS = {
     "visit:device": "device",
     "visit:browser": "browser",
 }
+FILTER_OPERATORS = ("is", "is_not", "contains", "contains_not", "matches", "matches_not")
+COMPARISONS = ("previous_period", "year_over_year")
 
 
 class QueryError(ValueError):
@@ -83,15 +120,17 @@ class Query:
     start: dt.date
     end: dt.date
     metrics: tuple[str, ...]
+    between: tuple[dt.datetime, dt.datetime] | None = None  # a half-open UTC interval inside [start, end]
     dimensions: tuple[str, ...] = ()
     filters: tuple[Filter, ...] = ()
     order_by: tuple[tuple[str, bool], ...] = ()  # (metric or dimension, descending)
     time_labels: bool = False
     total_rows: bool = False
+    compare: tuple[dt.date, dt.date] | None = None  # the comparison range, when include.compare asks for one
     limit: int = MAX_LIMIT
     offset: int = 0
 
     @property
     def dimension(self) -> Dimension | None:
-        """The one dimension of this query (several are refused for now), or None."""
-        return DIMENSIONS[self.dimensions[0]] if self.dimensions else None
+        """The first dimension of this query, or None."""
+        return dimension(self.dimensions[0]) if self.dimensions else None

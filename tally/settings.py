@@ -338,8 +338,17 @@ class SiteSettings:
     # Query parameters kept in stored page URLs besides utm_* and the ad click ids; every other
     # one is dropped at ingest, since URLs carry tokens, e-mail addresses and search terms.
     query_params: tuple[str, ...] = ()
+    # Goals the Stats API's event:goal reports: "event:<name>" or "page:/path". None listed:
+    # every custom event name is a goal.
+    goals: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for goal in self.goals:
+            kind, sep, value = goal.partition(":")
+            if not sep or kind not in ("event", "page") or not value:
+                raise SettingsError(
+                    f"sites ({self.site_id}).goals: {goal!r} is not a goal; write event:<name> or page:/path"
+                )
         for name in self.query_params:
             if not name or any(c in name for c in "&=#? "):
                 raise SettingsError(

@@ -26,6 +26,9 @@ BROWSERS = np.array(["Chrome", "Firefox", "Safari", "Edge"])
 OSES = np.array(["Windows", "Mac OS X", "iOS", "Android", "Linux"])
 DEVICES = np.array(["desktop", "mobile", "tablet"])
 EVENT_NAMES = np.array(["signup", "download", "outbound"])
+# Custom events carry a property, taken from the visitor (no extra draws, so every other column
+# stays as it was for a given seed): the plan a visitor signs up for or downloads in.
+PLANS = ("free", "pro", "team")
 
 
 def _pick(rng: np.random.Generator, values: np.ndarray, n: int, skew: float = 1.3) -> np.ndarray:
@@ -120,7 +123,10 @@ def synthetic_events(
         "screen_w": None,
         "language": None,
         "tz": None,
-        "props": None,
+        "props": [
+            [("plan", PLANS[v % len(PLANS)])] if k == 2 else None
+            for v, k in zip(visitor.tolist(), kind.tolist(), strict=False)
+        ],
         "engagement_ms": _where(kind == 1, engagement_ms),
         "load_ms": _where(kind == 0, load_ms),
         "visitor_id": visitor_ids[visitor],

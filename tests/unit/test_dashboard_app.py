@@ -83,3 +83,37 @@ def test_the_dashboard_shows_no_warning_when_every_partition_passed(settings: Se
     app = logged_in(settings).run()
     assert not app.exception
     assert not app.warning
+
+
+def test_the_custom_properties_panel_breaks_a_property_down_with_a_csv(settings: Settings) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from tally.sketches import sketch_from_ids
+    from tally.tables import PROPS_1D
+
+    today = dt.datetime.now(dt.UTC).date()
+    start = dt.datetime.combine(today, dt.time(), dt.UTC)
+    rows = [
+        {
+            "site_id": "demo.tally.local",
+            "window_start": start,
+            "window_end": start + dt.timedelta(days=1),
+            "name": "signup",
+            "key": "plan",
+            "value": value,
+            "events": events,
+            "visitors_sketch": sketch_from_ids([f"{value}-{i}" for i in range(events)]),
+            "event_date": today,
+        }
+        for value, events in (("pro", 3), ("free", 5))
+    ]
+    write_deltalake(settings.table_uri(PROPS_1D.table), pa.Table.from_pylist(rows), partition_by=["event_date"])
+    app = logged_in(settings).run()
+    assert not app.exception
+    assert "Custom properties" in [h.value for h in app.subheader]
+    assert [s.value for s in app.selectbox if s.key == "props_key"] == ["plan"]
+    shown = [d.value for d in app.dataframe if "Value" in d.value.columns]
+    assert len(shown) == 1 and shown[0]["Value"].tolist() == ["free", "pro"]
+    assert shown[0]["events"].tolist() == [5, 3]
+    assert any(c.startswith("Visitors (≈ ±") for c in shown[0].columns)

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from query.engine import raw_filters
 from query.plausible import parse_date_range, parse_query
 from query.spec import Filter, QueryError
 
@@ -42,7 +41,6 @@ def test_a_pair_of_dates_is_an_inclusive_range_and_a_backwards_or_huge_one_is_re
         (["2026-02-01", "2026-01-01"], "ends before it starts"),
         (["2020-01-01", "2026-01-01"], "at most 400 days"),
         (["2026-01-01", "tomorrow"], "not an ISO date"),
-        (["2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"], "date-time ranges are not supported yet"),
         ("fortnight", "not one of"),
         (7, "a shortcut"),
     ):
@@ -58,7 +56,7 @@ def test_a_full_query_is_read_with_plausibles_defaults() -> None:
     assert query.metrics == ("pageviews", "visitors")
     assert query.order_by == (("pageviews", True),), "by the first metric, descending"
     assert (query.limit, query.offset) == (5, 10)
-    assert parse_query(body(dimensions=["time:day"]), today=TODAY).order_by == (("time:day", False),)
+    assert parse_query(body(dimensions=["time:day"]), today=TODAY).order_by == (("time:day", False), ("visitors", True))
 
 
 @pytest.mark.parametrize(
@@ -68,14 +66,19 @@ def test_a_full_query_is_read_with_plausibles_defaults() -> None:
         ({"metrics": []}, "metrics", "non-empty list"),
         ({"metrics": "visitors"}, "metrics", "must be a list"),
         ({"dimensions": ["visit:city"]}, "dimensions", "dimension 'visit:city' is not supported"),
-        ({"dimensions": ["event:page", "visit:source"]}, "dimensions", "more than one dimension"),
+        ({"dimensions": ["event:page", "event:page"]}, "dimensions", "listed twice"),
+        ({"dimensions": ["time:day", "time:week"]}, "dimensions", "at most one time dimension"),
+        ({"dimensions": ["event:props:"]}, "dimensions", "is not supported"),
+        ({"metrics": ["conversion_rate"]}, "metrics", "needs an event:goal"),
         ({"metrics": ["percentage"]}, "metrics", "needs at least one dimension"),
         ({"site_id": ""}, "site_id", "site_id is required"),
         ({"pagination": {"limit": 10**9}}, "pagination", "between 1 and 10000"),
         ({"pagination": {"limit": True}}, "pagination", "whole number"),
         ({"order_by": [["pageviews", "desc"]]}, "order_by", "not among the query's metrics"),
         ({"order_by": [["visitors", "sideways"]]}, "order_by", "asc"),
-        ({"include": {"compare": "previous_period"}}, "include", "compare is not supported yet"),
+        ({"include": {"compare": "last_decade"}}, "include", "previous_period, year_over_year"),
+        ({"include": {"compare": ["2026-02-01", "2026-01-01"]}}, "include", "start first"),
+        ({"date_range": ["2026-01-01", "2026-01-02T00:00:00Z"]}, "date_range", "not one of each"),
         ({"include": {"imports": "yes"}}, "include", "true or false"),
         ({"filters": [["has_done", "event:goal", ["Signup"]]]}, "filters[0]", "operator 'has_done'"),
         ({"filters": [["is", "time:day", ["2026-01-01"]]]}, "filters[0]", "not supported in filters"),
@@ -97,31 +100,30 @@ def test_a_body_that_is_not_an_object_is_refused() -> None:
             parse_query(bad, today=TODAY)
 
 
-def test_filters_nest_and_the_raw_drill_down_takes_is_filters_combined_by_and() -> None:
+def test_filters_nest_and_keep_their_operators_and_modifiers() -> None:
     query = parse_query(
         body(
             filters=[
                 ["is", "visit:country", ["DE"]],
-                ["and", [["is", "event:page", ["/pricing"]], ["is", "visit:device", ["mobile"]]]],
+                ["or", [["contains", "event:page", ["/blog"]], ["not", ["matches", "event:props:plan", ["^p"]]]]],
+                ["is", "visit:device", ["Mobile"], {"case_sensitive": False}],
             ]
         ),
         today=TODAY,
     )
     assert query.filters[0] == Filter("is", dimension="visit:country", values=("DE",))
-    assert raw_filters(query.filters) == {"country": "DE", "page": "/pricing", "device": "mobile"}
+    assert query.filters[1].op == "or" and query.filters[1].children[1].children[0].dimension == "event:props:plan"
+    assert query.filters[2].case_sensitive is False
 
 
-@pytest.mark.parametrize(
-    ("filters", "message"),
-    [
-        ([["is", "visit:country", ["DE", "FR"]]], "only 'is' with one value"),
-        ([["contains", "event:page", ["/blog"]]], "filter 'contains' is not supported yet"),
-        ([["or", [["is", "visit:country", ["DE"]]]]], "filter 'or' is not supported yet"),
-        ([["is", "visit:os", ["Linux"]]], "a filter on 'visit:os' is not supported yet"),
-        ([["is", "visit:country", ["DE"]], ["is", "visit:country", ["FR"]]], "can never both hold"),
-    ],
-)
-def test_filters_the_raw_drill_down_cannot_apply_are_refused_not_ignored(filters: list[Any], message: str) -> None:
-    query = parse_query(body(filters=filters), today=TODAY)
-    with pytest.raises(QueryError, match=message):
-        raw_filters(query.filters)
+def test_comparisons_and_date_time_ranges_are_read_as_plausible_defines_them() -> None:
+    query = parse_query(body(date_range="7d", include={"compare": "previous_period"}), today=TODAY)
+    assert query.compare == (dt.date(2026, 11, 12), dt.date(2026, 11, 18))
+    query = parse_query(body(date_range="month", include={"compare": "year_over_year"}), today=TODAY)
+    assert query.compare == (dt.date(2025, 11, 1), dt.date(2025, 11, 25))
+    query = parse_query(body(date_range=["2026-11-24T12:00:00Z", "2026-11-25T06:00:00+00:00"]), today=TODAY)
+    assert (query.start, query.end) == (dt.date(2026, 11, 24), dt.date(2026, 11, 25))
+    assert query.between is not None and query.between[1] - query.between[0] == dt.timedelta(hours=18)
+    now = dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC)
+    query = parse_query(body(date_range="24h"), today=TODAY, now=now)
+    assert query.between == (now - dt.timedelta(hours=24), now)

@@ -1,0 +1,136 @@
+"""One question, answered the same way for every edge: the HTTP endpoint and the MCP server.
+
+:class:`Answering` holds what a process shares between requests (the key records, the hourly
+limit, the warm table snapshots) and takes a request through the same steps, whichever edge it
+came from: the key (:meth:`Answering.authenticate`), the key's hourly limit
+(:meth:`Answering.admit`), then the body: parsed by :mod:`query.plausible`, checked against the
+key's sites, answered by :mod:`query.engine` and shaped as Plausible's v2 response
+(:meth:`Answering.answer`). Anything refused is a :class:`Refused` carrying the HTTP status it
+maps to, so each edge only translates it (a JSON error and a status, or an MCP tool error) and no
+rule or message is written twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from typing import Any
+
+from api.keys import ApiKey, keys_path, load_keys, verify
+from api.throttle import HourlyLimit
+from query.engine import run
+from query.plausible import parse_query
+from query.sources import Sources
+from query.spec import Query, QueryError
+from tally.log import kv
+from tally.settings import Settings, SiteSettings
+
+log = logging.getLogger("tally.api")
+
+
+class Refused(Exception):
+    """A request Tally will not answer: the HTTP status it maps to, the message, the part at fault.
+
+    ``retry_after`` (seconds) is set for a 429, the wait until the key's next hour begins.
+    """
+
+    def __init__(self, status: int, message: str, *, part: str = "", retry_after: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.part = part
+        self.retry_after = retry_after
+
+    def fields(self) -> dict[str, str]:
+        """The error as the HTTP API's JSON body has it: ``{"error": …}``, with ``part`` when known."""
+        return {"error": self.message, **({"part": self.part} if self.part else {})}
+
+
+class Keys:
+    """The key records, read again whenever ``tally apikey`` changed the file."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._stamp: float | None = None
+        self._keys: dict[str, ApiKey] = {}
+
+    def current(self) -> dict[str, ApiKey]:
+        """Every key record by id, as the file holds them now (so a revocation counts at once)."""
+        path = keys_path(self.settings)
+        stamp = path.stat().st_mtime_ns if path.exists() else None
+        if stamp != self._stamp:
+            self._keys, self._stamp = load_keys(self.settings), stamp
+        return self._keys
+
+
+class Answering:
+    """The key records, the hourly limit and the reports of one process, and the steps of a question."""
+
+    def __init__(self, settings: Settings, *, sources: Sources | None = None) -> None:
+        self.settings = settings
+        self.keys = Keys(settings)
+        self.limit = HourlyLimit(settings.api.requests_per_hour)
+        self.sources = sources or Sources(settings)
+
+    def authenticate(self, presented: str) -> ApiKey | None:
+        """The live record of a presented key; None for a missing, malformed, unknown or revoked one.
+
+        None rather than :class:`Refused`: how to send a key differs by edge (a header, an
+        environment variable), so each edge words its own 401.
+        """
+        return verify(self.keys.current(), presented.strip()) if presented else None
+
+    def admit(self, key: ApiKey) -> None:
+        """Count one request against the key's hourly limit; :class:`Refused` (429) past it."""
+        wait = self.limit.take(key.key_id, time.time())
+        if wait:
+            per_hour = self.settings.api.requests_per_hour
+            raise Refused(429, f"over this key's limit of {per_hour} requests an hour", retry_after=wait)
+
+    def body_too_large(self) -> Refused:
+        """The refusal (413) of a body over ``api.max_body_bytes``; each edge measures its own body."""
+        return Refused(413, f"the request body is over {self.settings.api.max_body_bytes} bytes")
+
+    def answer(self, key: ApiKey, body: Any) -> dict[str, Any]:
+        """The v2 response (``results``, ``meta``, ``query``) to a decoded request body.
+
+        Blocking (it reads tables): the HTTP edge calls it in a worker thread. Raises
+        :class:`Refused`: 400 a body Tally cannot answer (naming the part) or an unknown site,
+        403 a site the key may not read.
+        """
+        try:
+            query = parse_query(body, today=dt.datetime.now(dt.UTC).date())
+        except QueryError as e:
+            raise Refused(400, str(e), part=e.part) from e
+        # The key's scope first: a key for site A learns nothing about which other sites exist.
+        if not key.may_read(query.site_id):
+            raise Refused(403, f"this API key may not read site {query.site_id!r}")
+        if self.settings.site(query.site_id) is None:
+            raise Refused(400, f"site {query.site_id!r} is not configured in Tally")
+        try:
+            answer = run(query, self.sources)
+        except QueryError as e:
+            raise Refused(400, str(e), part=e.part) from e
+        log.info(
+            "query answered",
+            extra=kv(key=key.key_id, site=query.site_id, rows=len(answer.results), source=answer.meta["source"]),
+        )
+        return {"results": answer.results, "meta": answer.meta, "query": echo(query, body)}
+
+    def readable_sites(self, key: ApiKey) -> list[SiteSettings]:
+        """The configured sites this key may read, in the configuration's order."""
+        return [site for site in self.settings.sites if key.may_read(site.site_id)]
+
+
+def echo(query: Query, body: dict[str, Any]) -> dict[str, Any]:
+    """The query as answered: the request's own parts, with the range resolved to dates."""
+    echoed: dict[str, Any] = {
+        k: body[k] for k in ("site_id", "metrics", "dimensions", "filters", "order_by", "include") if k in body
+    }
+    echoed["date_range"] = (
+        [t.isoformat() for t in query.between] if query.between else [query.start.isoformat(), query.end.isoformat()]
+    )
+    echoed["order_by"] = [[name, "desc" if desc else "asc"] for name, desc in query.order_by]
+    echoed["pagination"] = {"limit": query.limit, "offset": query.offset}
+    return echoed

@@ -1,0 +1,251 @@
+"""Plausible's Events API body on ``POST /api/event``: read it, and map it to Tally's beacon.
+
+Reading and mapping are pure (no I/O); :meth:`PlausibleEvents.accept` hands the result to the
+pipeline. Plausible's script and its npm package (``@plausible-analytics/tracker``) send
+``{"n", "u", "d", "r", "p", "i", "$", "h", "v"}``; its documented API takes the long names
+(``name``, ``url``, ``domain``, ``referrer``, ``props``, ``interactive``, ``revenue``,
+``hashMode``). The engagement event adds ``sd`` (scroll depth, %) and ``e`` (engaged time, ms).
+Each accepted event becomes a :class:`ingest.beacon.Beacon`, checked by the same rules as
+Tally's own, so enrichment, URL privacy, site checks, rate limits and dead letters are the
+pipeline's as for any beacon. What is not kept, and why: docs/EVENTS-API.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from prometheus_client import Counter
+from pydantic import ValidationError
+
+from ingest.beacon import MAX_PROPS, MAX_TEXT, WIRE_NAMES, BeaconSchema, ParsedBody, Rejection, check_props
+from ingest.enrich import RequestFacts
+from ingest.pipeline import Outcome, Pipeline
+from ingest.urls import split_url
+from tally.settings import SiteSettings
+
+# Tally's own body always has these (beacon.py); a Plausible body never does.
+TALLY_REQUIRED_KEYS = frozenset({"id", "s", "te", "ts"})
+MAX_DOMAINS = 10  # "a.example,b.example" records one event per site (Plausible's roll-ups); bounded
+MAX_ENGAGEMENT_MS = 86_400_000  # Tally's bound on engagement_ms (beacon.py): one day on one page
+PLAUSIBLE_MAX_ENGAGEMENT_MS = 30 * MAX_ENGAGEMENT_MS  # Plausible ignores longer times as a bug of old scripts
+ENGAGEMENT = "engagement"
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+SKIPPED = Counter(
+    "tally_ingest_plausible_skipped_total",
+    "Plausible engagement events answered 202 but not stored (no engaged time Tally can report)",
+    ["reason"],
+)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A Plausible event that is answered as a success but not stored; ``reason`` is from a closed set:
+    ``engagement_without_time`` (scroll depth only, or 0 ms) and ``engagement_over_a_day``."""
+
+    reason: str
+    message: str
+
+
+def plausible_event(body: bytes) -> dict[str, Any] | None:
+    """The body as a Plausible event object, or None when it is not one (Tally's parser then answers).
+
+    A Plausible body is one JSON object with none of Tally's required keys (``id``, ``s``,
+    ``te``, ``ts``) and with a domain (``d``/``domain``) or the long form's ``name`` and ``url``.
+    Decoded with ``json``: unlike msgspec it keeps lone surrogates, which the checks then name.
+    """
+    try:
+        decoded = json.loads(body)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None  # Tally's parser says what is wrong with the JSON
+    if not isinstance(decoded, dict) or not TALLY_REQUIRED_KEYS.isdisjoint(decoded):
+        return None
+    if "d" in decoded or "domain" in decoded or ("name" in decoded and "url" in decoded):
+        return decoded
+    return None
+
+
+def first_given(event: dict[str, Any], *keys: str) -> tuple[str, Any]:
+    """The first of ``keys`` whose value is neither null nor false, as Plausible reads ``n || name``;
+    ``(keys[0], None)`` when there is none."""
+    for key in keys:
+        value = event.get(key)
+        if value is not None and value is not False:
+            return key, value
+    return keys[0], None
+
+
+def bare_domain(domain: str) -> str:
+    """A domain as sites are matched on it: trimmed, lower case, without ``www.`` (as Plausible does)."""
+    return domain.strip().lower().removeprefix("www.")
+
+
+def domain_index(sites: Sequence[SiteSettings]) -> dict[str, str]:
+    """Bare domain -> site_id: every site's id first, then its ``domains``; the first site listed wins."""
+    index = {bare_domain(site.site_id): site.site_id for site in sites}
+    for site in sites:
+        for domain in site.domains:
+            index.setdefault(bare_domain(domain), site.site_id)
+    return index
+
+
+def whole_number(value: Any) -> int | None:
+    """An integer, or a string of one (Plausible reads ``"sd": "40"`` too); None for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and WHOLE_NUMBER.fullmatch(value):
+        return int(value)
+    return None
+
+
+def refusal(field: str, error: str, kind: str = "invalid_event", status: int = 422) -> Rejection:
+    """A whole-body refusal naming one field of the Plausible body."""
+    return Rejection(status, kind, f"{field}: {error}", ({"field": field, "error": error},))
+
+
+def read_props(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | Rejection:
+    """Properties, filtered as Plausible filters them (null, blank, list and object values are
+    dropped), then bounded as Tally bounds its own (at most 20; names 1-64, values ≤ 256 characters)."""
+    key, raw = first_given(event, "m", "meta", "p", "props")
+    if isinstance(raw, str):  # the API's older form: the properties as a JSON string
+        try:
+            raw = json.loads(raw)
+        except (ValueError, RecursionError):
+            return refusal(key, "must be an object of properties, or a string of one in JSON")
+    if raw is None:
+        return key, {}
+    if not isinstance(raw, dict):
+        return refusal(key, 'must be an object of properties, e.g. {"plan": "pro"}')
+    props = {
+        name: value
+        for name, value in raw.items()
+        if name.strip() and value is not None and not isinstance(value, list | dict) and str(value).strip()
+    }
+    if len(props) > MAX_PROPS:
+        return refusal(key, f"at most {MAX_PROPS} properties, got {len(props)}")
+    try:
+        check_props(props)
+    except ValueError as e:
+        return refusal(key, str(e))
+    return key, props
+
+
+def read_engagement(event: dict[str, Any]) -> int | Rejection | Skipped:
+    """The engaged time of an engagement event in ms, read as Plausible reads ``sd`` and ``e``."""
+    scroll = whole_number(event.get("sd"))
+    engaged = whole_number(event.get("e"))
+    has_scroll = scroll is not None and scroll >= 0
+    if engaged is None or not 0 <= engaged < PLAUSIBLE_MAX_ENGAGEMENT_MS:
+        engaged = None
+    if engaged is None and not has_scroll:
+        return refusal("e", "engagement event requires a valid integer value for at least one of 'sd' or 'e' fields")
+    if not engaged:
+        return Skipped("engagement_without_time", "no engaged time (scroll depth is not stored): not recorded")
+    if engaged > MAX_ENGAGEMENT_MS:
+        return Skipped("engagement_over_a_day", f"engaged time over {MAX_ENGAGEMENT_MS} ms: not recorded")
+    return engaged
+
+
+def validation_refusal(error: ValidationError, names: dict[str, str]) -> Rejection:
+    """Field errors of the Tally beacon, named by the Plausible keys they came from."""
+    errors = []
+    for item in error.errors(include_url=False):
+        wire = str(item["loc"][0]) if item["loc"] else ""
+        label = f"{names.get(wire, wire)} ({WIRE_NAMES.get(wire, wire)})"
+        errors.append({"field": label, "error": item["msg"]})
+    return Rejection(422, "invalid_event", "one or more fields are invalid", tuple(errors))
+
+
+class PlausibleEvents:
+    """Plausible bodies for one configuration's sites: its domain index is built once per app."""
+
+    def __init__(self, *, sites: Sequence[SiteSettings]) -> None:
+        self._site_of_domain = domain_index(sites)
+
+    def _domains(self, event: dict[str, Any], url: str) -> list[str] | Rejection:
+        key, raw = first_given(event, "d", "domain")
+        if raw is None:  # Plausible then takes the page's host
+            parts = split_url(url)
+            raw = parts.hostname if parts and parts.hostname else ""
+        elif not isinstance(raw, str):
+            return refusal(key, "must be a string: the site's domain, as configured in sites: in conf/")
+        domains = list(dict.fromkeys(d for d in (bare_domain(part) for part in raw.split(",")) if d))
+        if not domains:
+            return refusal(key, "can't be blank: send the site's domain, as configured in sites: in conf/")
+        if len(domains) > MAX_DOMAINS:
+            return refusal(key, f"at most {MAX_DOMAINS} comma-separated domains, got {len(domains)}")
+        return domains
+
+    def _unknown(self, domain: str) -> Rejection:
+        return Rejection(
+            403,
+            "unknown_site",
+            f"domain {domain[:253]!r} is not a configured site; add it under sites: in conf/ "
+            "(as a site_id, or to a site's domains)",
+        )
+
+    def read(self, event: dict[str, Any], *, received_at: int) -> ParsedBody | Rejection | Skipped:
+        """The event as one beacon per site its domain names, or why it is refused or skipped.
+
+        Each beacon gets a new random ``event_id``: Plausible's body has none, and an id made from
+        its content would merge two real views of one page in the same second. Its time is the
+        arrival time (Plausible's body carries no device clock).
+        """
+        name_key, name = first_given(event, "n", "name")
+        if isinstance(name, int) and not isinstance(name, bool):
+            name = str(name)  # as Plausible does: numeric names, e.g. 404 tracking
+        if not isinstance(name, str) or not name:
+            return refusal(name_key, "is required, a non-empty string: 'pageview', 'engagement' or an event's name")
+        url_key, url = first_given(event, "u", "url")
+        if not isinstance(url, str) or not url:
+            return refusal(url_key, "is required, a string: the page's absolute http(s) URL")
+        # Checked once as Tally's beacon with a stand-in site; each site's copy gets its own id below.
+        item: dict[str, Any] = {"id": str(uuid.uuid4()), "s": "-", "u": url, "te": received_at, "ts": received_at}
+        names = {"n": name_key, "u": url_key}
+        if name == ENGAGEMENT:
+            engaged = read_engagement(event)
+            if not isinstance(engaged, int):
+                return engaged
+            item |= {"k": ENGAGEMENT, "e": engaged}
+            names["e"] = "e"
+        else:
+            props = read_props(event)
+            if isinstance(props, Rejection):
+                return props
+            names["p"], item["p"] = props
+            item |= {"k": "pageview"} if name == "pageview" else {"k": "event", "n": name}
+        referrer_key, referrer = first_given(event, "r", "referrer")
+        if isinstance(referrer, str) and referrer:  # Plausible ignores a referrer that is no string
+            names["r"], item["r"] = referrer_key, referrer[:MAX_TEXT]
+        domains = self._domains(event, url)
+        if isinstance(domains, Rejection):
+            return domains
+        try:
+            template = BeaconSchema.model_validate(item).beacon()
+        except ValidationError as e:
+            return validation_refusal(e, names)
+        sites = list(dict.fromkeys(self._site_of_domain[d] for d in domains if d in self._site_of_domain))
+        unknown = [d for d in domains if d not in self._site_of_domain]
+        if not sites:
+            return self._unknown(unknown[0])
+        # One event per site, each with its own id (the dedup key downstream).
+        beacons = [msgspec.structs.replace(template, s=site_id, id=str(uuid.uuid4())) for site_id in sites]
+        invalid = [(event, self._unknown(domain)) for domain in unknown]
+        return ParsedBody(beacons, invalid, False)
+
+    async def accept(self, event: dict[str, Any], body: bytes, pipeline: Pipeline, facts: RequestFacts) -> Outcome:
+        """Answer one Plausible event: through the pipeline as Tally's beacons, refused (a dead
+        letter, as any refusal) or skipped (202, counted)."""
+        read = self.read(event, received_at=facts.ts_received)
+        if isinstance(read, Rejection):
+            return await pipeline.refuse(read, body, facts.ts_received, facts.client_ip)
+        if isinstance(read, Skipped):
+            SKIPPED.labels(reason=read.reason).inc()
+            return Outcome(202, {"accepted": 0, "skipped": read.reason, "message": read.message})
+        return await pipeline.accept(read, facts)

@@ -1,0 +1,389 @@
+"""Any stats query answered exactly from ``raw.pageviews`` with DuckDB.
+
+The aggregate views keep one dimension per row, so several dimensions, filters of any shape,
+goals, custom properties and week or month buckets are answered here instead, from the events
+themselves: visitors are distinct visitor ids, visits are sessionised with the views' rule
+(:mod:`query.raw`), and every figure is exact.
+
+Two kinds of rows are counted, as the views count them:
+
+- *event metrics* (visitors, page views, events, percentiles) count events; a ``visit:*``
+  dimension or filter reads the event's own value (so page views by ``visit:source`` count each
+  page view under its own source, as ``agg.traffic_*`` does), except entry and exit pages, which
+  belong to the visit;
+- *visit metrics* (visits, bounce rate, visit duration, views per visit) count visits; a
+  ``visit:*`` dimension or filter reads the visit's first event (as ``agg.visits_*`` does), and
+  a visit matches an event filter when one of its events matches (a visit "to /pricing").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow.dataset as ds
+
+from query.aggregates import Range
+from query.goals import Step
+from query.spec import GOAL, PERCENTILE_METRICS, VISIT_METRICS, Filter, Query, QueryError, dimension
+from tally.dimensions import AUDIENCE_DIMENSIONS, NONE_VALUE
+
+EVENT_METRICS = ("visitors", "pageviews", "events", *PERCENTILE_METRICS)
+VISIT_SUMS = ("visits", "bounces", "duration_ms", "visit_pageviews")
+# What a visit takes from its first event (the visit dimensions besides entry and exit page).
+VISIT_ATTRIBUTES = (*AUDIENCE_DIMENSIONS, "referrer", "utm_source", "utm_medium", "utm_content", "utm_term")
+_COLUMNS = "visitor_id, event_time, event_id, type, path, name, hostname, props, engagement_ms, load_ms, " + ", ".join(
+    VISIT_ATTRIBUTES
+)
+_TRUNC = {"hour": "hour", "day": "day", "week": "week", "month": "month"}
+Row = dict[str, Any]
+
+
+def open_events(raw: ds.Dataset, site_id: str, days: Range, columns: str) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view ``ev``: the site's non-bot events of the dates, those columns."""
+    con = duckdb.connect()
+    con.register("raw", raw)
+    # A view cannot take prepared parameters: the site is a configured id and the dates are
+    # dates, quoted as SQL literals here.
+    site = site_id.replace("'", "''")
+    con.execute(
+        f"CREATE TEMP VIEW ev AS SELECT {columns} FROM raw WHERE site_id = '{site}' "
+        f"AND event_date BETWEEN DATE '{days.start.isoformat()}' AND DATE '{days.end.isoformat()}' "
+        "AND NOT coalesce(is_bot, false)"
+    )
+    return con
+
+
+@dataclass
+class _Sql:
+    """Positional parameters gathered while an SQL text is built."""
+
+    params: list[Any] = field(default_factory=list)
+
+    def bind(self, value: Any) -> str:
+        self.params.append(value)
+        return f"${len(self.params)}"
+
+
+@dataclass(frozen=True)
+class ExactQuery:
+    """One site's non-bot raw events over a range of dates, and the goals configured for it."""
+
+    raw: ds.Dataset
+    site_id: str
+    gap_ms: int
+    goals: tuple[Step, ...] = ()  # none configured: every custom event name is a goal
+    exact = True
+
+    def answer(self, query: Query) -> list[Row]:
+        """Rows of ``{"dimensions": [...], "metrics": {name: value}}``, unordered, every metric filled,
+        rounded as the API shows them."""
+        return [
+            {"dimensions": r["dimensions"], "metrics": _shown(r["metrics"], query.metrics)} for r in self.measure(query)
+        ]
+
+    def measure(self, query: Query) -> list[Row]:
+        """Rows with each metric unrounded, visit metrics as sums (``visits``, ``bounces``,
+        ``duration_ms``, ``visit_pageviews``), for :class:`query.raw.RawQuery`'s report."""
+        with open_events(self.raw, self.site_id, Range(query.start, query.end), _COLUMNS) as con:
+            if query.between is not None:
+                start, end = (int(t.timestamp() * 1000) for t in query.between)
+                con.execute(
+                    f"CREATE TEMP VIEW evr AS SELECT * FROM ev WHERE event_time >= {start} AND event_time < {end}"
+                )
+            else:
+                con.execute("CREATE TEMP VIEW evr AS SELECT * FROM ev")
+            goals = self._goals(con, query)
+            con.execute("CREATE TEMP TABLE goals (label VARCHAR, kind VARCHAR, value VARCHAR)")
+            if goals:
+                con.executemany("INSERT INTO goals VALUES (?, ?, ?)", [(goal_label(g), g.kind, g.value) for g in goals])
+            if _needs_visits(query):
+                con.execute(self._visits_sql())
+            try:
+                # the goals found in the events (none configured) are the ones the filters name
+                return dataclasses.replace(self, goals=goals)._rows(con, query)
+            except duckdb.InvalidInputException as e:  # a `matches` pattern RE2 cannot compile
+                raise QueryError("filters", f"a filter's regular expression is not valid: {e}") from e
+
+    def _goals(self, con: duckdb.DuckDBPyConnection, query: Query) -> tuple[Step, ...]:
+        if self.goals or not _mentions(query, GOAL):
+            return self.goals
+        names = con.execute("SELECT DISTINCT name FROM evr WHERE type = 'event' AND name IS NOT NULL").fetchall()
+        return tuple(Step("event", str(n)) for (n,) in sorted(names))
+
+    def _visits_sql(self) -> str:
+        firsts = ", ".join(f"arg_min_null({a}, (event_time, event_id)) AS {a}" for a in VISIT_ATTRIBUTES)
+        return f"""
+            CREATE TEMP TABLE numbered AS
+            WITH marked AS (
+                SELECT *, CASE WHEN event_time - lag(event_time) OVER w < {int(self.gap_ms)} THEN 0 ELSE 1 END AS starts
+                FROM evr WINDOW w AS (PARTITION BY visitor_id ORDER BY event_time, event_id)
+            )
+            SELECT * EXCLUDE (starts),
+                   sum(starts) OVER (PARTITION BY visitor_id ORDER BY event_time, event_id) AS visit
+            FROM marked;
+            CREATE TEMP TABLE visits AS
+            SELECT visitor_id, visit, min(event_time) AS started, max(event_time) - min(event_time) AS duration_ms,
+                   count(*) FILTER (WHERE type = 'pageview') AS pageviews,
+                   arg_min(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS entry_page,
+                   arg_max(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS exit_page, {firsts}
+            FROM numbered GROUP BY visitor_id, visit HAVING count(*) FILTER (WHERE type = 'pageview') > 0
+        """
+
+    def _rows(self, con: duckdb.DuckDBPyConnection, query: Query) -> list[Row]:
+        event_metrics = [m for m in query.metrics if m not in VISIT_METRICS]
+        visit_metrics = [m for m in query.metrics if m in VISIT_METRICS]
+        merged: dict[tuple[str, ...], Row] = {}
+        if event_metrics:
+            for key, values in self._event_rows(con, query, query.dimensions, query.filters).items():
+                merged.setdefault(key, {})
+                merged[key].update(values)
+        if visit_metrics:
+            for key, values in self._visit_rows(con, query).items():
+                merged.setdefault(key, {})
+                merged[key].update(values)
+        if "percentage" in query.metrics:
+            total = self._event_rows(con, query, (), query.filters).get((), {}).get("visitors", 0)
+            for values in merged.values():
+                values["percentage"] = round(100 * values.get("visitors", 0) / total, 1) if total else None
+        if "conversion_rate" in query.metrics:
+            self._conversion_rates(con, query, merged)
+        return [{"dimensions": list(key), "metrics": values} for key, values in merged.items()]
+
+    def _event_rows(
+        self, con: duckdb.DuckDBPyConnection, query: Query, dimensions: Sequence[str], filters: Iterable[Filter]
+    ) -> dict[tuple[str, ...], Row]:
+        sql = _Sql()
+        visits = any(_visit_owned(d) for d in itertools.chain(dimensions, _leaves(filters)))
+        source = "numbered e JOIN visits v USING (visitor_id, visit)" if visits else "evr e"
+        if GOAL in dimensions:
+            source += f" JOIN goals g ON {_goal_match('e', 'g')}"
+        keys = [_dimension_sql(d, "event") for d in dimensions]
+        where = [_filter_sql(f, sql, "event", self.goals) for f in filters] or ["true"]
+        if any(dimension(d).name == "name" for d in dimensions):
+            where.append("e.type IN ('pageview', 'event')")  # engagement beacons are not events of their own
+        events = "count(*)" if GOAL in dimensions else "count(*) FILTER (WHERE e.type = 'event')"
+        selects = [
+            *(f"{k} AS d{i}" for i, k in enumerate(keys)),
+            "count(DISTINCT e.visitor_id) AS visitors",
+            "count(*) FILTER (WHERE e.type = 'pageview') AS pageviews",
+            f"{events} AS events",
+            *(
+                f"quantile_cont(e.{kind}_ms, {q / 100}) FILTER (WHERE e.type = "
+                f"'{'engagement' if kind == 'engagement' else 'pageview'}') AS {kind}_p{q}"
+                for kind, q in itertools.product(("engagement", "load"), (50, 90, 99))
+            ),
+        ]
+        group = f"GROUP BY {', '.join(f'd{i}' for i in range(len(keys)))}" if keys else ""
+        text = f"SELECT {', '.join(selects)} FROM {source} WHERE {' AND '.join(where)} {group}"
+        frame = con.execute(text, sql.params).fetchall()
+        names = [*(f"d{i}" for i in range(len(keys))), "visitors", "pageviews", "events", *PERCENTILE_METRICS]
+        rows: dict[tuple[str, ...], Row] = {}
+        for record in frame:
+            values = dict(zip(names, record, strict=True))
+            if not keys and not values["visitors"]:
+                values = {**values, "visitors": 0}
+            key = tuple(_label_of(d, values[f"d{i}"], query.start) for i, d in enumerate(dimensions))
+            rows[key] = {m: values[m] if m in PERCENTILE_METRICS else int(values[m] or 0) for m in EVENT_METRICS}
+        return rows
+
+    def _visit_rows(self, con: duckdb.DuckDBPyConnection, query: Query) -> dict[tuple[str, ...], Row]:
+        sql = _Sql()
+        source = "numbered e JOIN visits v USING (visitor_id, visit)"
+        if GOAL in query.dimensions:
+            source += f" JOIN goals g ON {_goal_match('e', 'g')}"
+        keys = [_dimension_sql(d, "visit") for d in query.dimensions]
+        where = [_filter_sql(f, sql, "visit", self.goals) for f in query.filters] or ["true"]
+        distinct = ", ".join([*(f"{k} AS d{i}" for i, k in enumerate(keys)), "e.visitor_id", "e.visit"])
+        dims = ", ".join(f"d{i}" for i in range(len(keys)))
+        text = f"""
+            WITH matching AS (SELECT DISTINCT {distinct} FROM {source} WHERE {" AND ".join(where)})
+            SELECT {dims + "," if dims else ""} count(*) AS visits, count(*) FILTER (WHERE v.pageviews = 1) AS bounces,
+                   coalesce(sum(v.duration_ms), 0) AS duration_ms, coalesce(sum(v.pageviews), 0) AS visit_pageviews
+            FROM matching m JOIN visits v USING (visitor_id, visit) {f"GROUP BY {dims}" if dims else ""}
+        """
+        rows: dict[tuple[str, ...], Row] = {}
+        for record in con.execute(text, sql.params).fetchall():
+            labels, sums = record[: len(keys)], record[len(keys) :]
+            key = tuple(_label_of(d, v, query.start) for d, v in zip(query.dimensions, labels, strict=True))
+            rows[key] = dict(zip(VISIT_SUMS, (int(s) for s in sums), strict=True))
+        return rows
+
+    def _conversion_rates(
+        self, con: duckdb.DuckDBPyConnection, query: Query, merged: dict[tuple[str, ...], Row]
+    ) -> None:
+        """Converted visitors over all visitors of the same row, without the goal (as Plausible)."""
+        others = [d for d in query.dimensions if d != GOAL]
+        base = self._event_rows(con, query, others, _without_goals(query.filters))
+        positions = [i for i, d in enumerate(query.dimensions) if d != GOAL]
+        for key, values in merged.items():
+            total = base.get(tuple(key[i] for i in positions), {}).get("visitors", 0)
+            values["conversion_rate"] = round(100 * values.get("visitors", 0) / total, 2) if total else None
+
+
+def _needs_visits(query: Query) -> bool:
+    return bool(set(query.metrics) & set(VISIT_METRICS)) or any(
+        _visit_owned(d) for d in itertools.chain(query.dimensions, _leaves(query.filters))
+    )
+
+
+def _leaves(filters: Iterable[Filter]) -> list[str]:
+    out: list[str] = []
+    for f in filters:
+        out.extend([f.dimension] if f.dimension else _leaves(f.children))
+    return out
+
+
+def _mentions(query: Query, name: str) -> bool:
+    return name in query.dimensions or name in _leaves(query.filters)
+
+
+def _visit_owned(name: str) -> bool:
+    return dimension(name).kind == "visit"
+
+
+def _without_goals(filters: Iterable[Filter]) -> tuple[Filter, ...]:
+    """The top-level filters that do not name a goal (the base a conversion rate divides by)."""
+    return tuple(f for f in filters if GOAL not in _leaves([f]))
+
+
+def _dimension_sql(name: str, counting: str) -> str:
+    """The SQL value of a dimension for event rows (``e``) or visit rows (``v`` for visit attributes)."""
+    d = dimension(name)
+    if d.kind == "time":
+        at = "e.event_time" if counting == "event" else "v.started"
+        return f"date_trunc('{_TRUNC[d.name]}', make_timestamp({at} * 1000))"
+    if d.name == "goal":
+        return "g.label"
+    if d.name == "props":
+        return f"e.props[{_quote(d.column)}]"
+    if d.name == "name":
+        return "CASE WHEN e.type = 'pageview' THEN 'pageview' ELSE e.name END"
+    if d.kind == "visit" or (counting == "visit" and d.column in VISIT_ATTRIBUTES):
+        return f"v.{d.column}"
+    return f"e.{d.column}"
+
+
+def _filter_sql(f: Filter, sql: _Sql, counting: str, goals: tuple[Step, ...]) -> str:
+    if f.op in ("and", "or"):
+        return "(" + f" {f.op.upper()} ".join(_filter_sql(c, sql, counting, goals) for c in f.children) + ")"
+    if f.op == "not":
+        return f"NOT ({_filter_sql(f.children[0], sql, counting, goals)})"
+    negated, op = f.op.endswith("_not"), f.op.removesuffix("_not")
+    if f.dimension == GOAL:
+        condition = _goal_filter(f, op, sql, goals)
+    else:
+        value = f"coalesce({_dimension_sql(f.dimension, counting)}, '{NONE_VALUE}')"
+        condition = "(" + " OR ".join(_match(value, op, v, f.case_sensitive, sql) for v in f.values) + ")"
+        if counting == "visit" and f.dimension == "event:page":
+            condition = f"(e.type = 'pageview' AND {condition})"  # a visit "to /pricing" viewed it
+    return f"NOT {condition}" if negated else condition
+
+
+def _match(value: str, op: str, pattern: str, case_sensitive: bool, sql: _Sql) -> str:
+    if op == "matches":
+        flags = "" if case_sensitive else ", 'i'"
+        return f"regexp_matches({value}, {sql.bind(pattern)}{flags})"
+    if not case_sensitive:
+        value, pattern = f"lower({value})", pattern.lower()
+    if op == "contains":
+        return f"contains({value}, {sql.bind(pattern)})"
+    return f"{value} = {sql.bind(pattern)}"
+
+
+def _goal_filter(f: Filter, op: str, sql: _Sql, goals: tuple[Step, ...]) -> str:
+    """Events that complete one of the named goals (``is``) or one whose name contains a value."""
+    if op == "matches":
+        raise QueryError("filters", "'matches' on event:goal is not supported: use 'is' or 'contains'")
+    known = {goal_label(g): g for g in goals}
+    chosen: list[Step] = []
+    for value in f.values:
+        if op == "is":
+            hits = [g for label, g in known.items() if _same(label, value, f.case_sensitive)]
+            if not hits and goals:
+                raise QueryError("filters", f"goal {value!r} is not configured for this site")
+        else:
+            hits = [g for label, g in known.items() if _within(value, label, f.case_sensitive)]
+        chosen.extend(hits)
+    if not chosen:
+        return "false"
+    parts = []
+    for goal in chosen:
+        column = "e.path" if goal.kind == "page" else "e.name"
+        parts.append(
+            f"(e.type = '{'pageview' if goal.kind == 'page' else 'event'}' AND {column} = {sql.bind(goal.value)})"
+        )
+    return "(" + " OR ".join(parts) + ")"
+
+
+def _goal_match(events: str, goals: str) -> str:
+    return (
+        f"(({goals}.kind = 'event' AND {events}.type = 'event' AND {events}.name = {goals}.value) OR "
+        f"({goals}.kind = 'page' AND {events}.type = 'pageview' AND {events}.path = {goals}.value))"
+    )
+
+
+def goal_label(goal: Step) -> str:
+    """A goal's display name, as Plausible's: the event's name, or ``Visit /path``."""
+    return goal.value if goal.kind == "event" else f"Visit {goal.value}"
+
+
+def _same(a: str, b: str, case_sensitive: bool) -> bool:
+    return a == b if case_sensitive else a.lower() == b.lower()
+
+
+def _within(part: str, whole: str, case_sensitive: bool) -> bool:
+    return part in whole if case_sensitive else part.lower() in whole.lower()
+
+
+def _label_of(name: str, value: Any, start: dt.date) -> str:
+    """A dimension's value as the API shows it: times as Plausible writes them (a week by its
+    Monday, or by the range's first day when the Monday is before it), ``(none)`` for no value."""
+    d = dimension(name)
+    if value is None:
+        return NONE_VALUE
+    if d.kind == "time" and isinstance(value, dt.date):  # DuckDB truncates to a date for days and longer
+        at = value if isinstance(value, dt.datetime) else dt.datetime.combine(value, dt.time())
+        return time_label(at, d.name, start)
+    return str(value)
+
+
+def time_label(value: dt.datetime, grain: str, start: dt.date) -> str:
+    """A time bucket's label: ``2026-11-25 13:00:00`` for an hour, else a date."""
+    if grain == "hour":
+        return value.strftime("%Y-%m-%d %H:00:00")
+    day = value.date()
+    return max(day, start).isoformat() if grain == "week" else day.isoformat()
+
+
+def _shown(values: Row, metrics: Sequence[str]) -> Row:
+    """A row's metrics as the API shows them: rates from the visit sums, rounded as Plausible rounds."""
+    visits = values.get("visits", 0)
+    shown: Row = {}
+    for metric in metrics:
+        if metric == "bounce_rate":
+            shown[metric] = round(100 * values["bounces"] / visits, 1) if visits else None
+        elif metric == "visit_duration":
+            shown[metric] = round(values["duration_ms"] / visits / 1000) if visits else None
+        elif metric == "views_per_visit":
+            shown[metric] = round(values["visit_pageviews"] / visits, 2) if visits else None
+        elif metric in PERCENTILE_METRICS:
+            shown[metric] = _rounded(values.get(metric), 0)
+        else:
+            shown[metric] = values.get(metric, 0 if metric in ("visitors", "pageviews", "events", "visits") else None)
+    return shown
+
+
+def _rounded(value: Any, digits: int) -> float | int | None:
+    if value is None:
+        return None
+    return round(float(value)) if digits == 0 else round(float(value), digits)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

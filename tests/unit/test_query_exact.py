@@ -1,0 +1,352 @@
+"""Any Stats API query answered exactly from raw events (DuckDB over an Arrow dataset), against
+truths counted here in plain Python from the same events."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import random
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+from query.engine import Answer, fits_aggregates, run
+from query.exact import ExactQuery
+from query.goals import Step
+from query.plausible import parse_query
+from query.report import Report
+from query.spec import QueryError
+
+SITE = "shop.example"
+TODAY = dt.date(2026, 11, 25)
+START = dt.date(2026, 10, 28)  # a Wednesday: the first week's Monday is before the range
+GAP_MS = 30 * 60 * 1000
+PAGES = ["/", "/pricing", "/blog/a", "/blog/b", "/signup"]
+COUNTRIES = ["DE", "FR", None]
+PLANS = ["free", "pro", "team"]
+
+
+def make_events(seed: int = 7, visitors: int = 120) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    events: list[dict[str, Any]] = []
+    for v in range(visitors):
+        day = START + dt.timedelta(days=rng.randrange(27))
+        visitor = f"v{v}-{day}"
+        country, device = rng.choice(COUNTRIES), rng.choice(["desktop", "mobile"])
+        at = int(dt.datetime.combine(day, dt.time(rng.randrange(24)), dt.UTC).timestamp() * 1000)
+        for _visit in range(rng.randint(1, 2)):
+            source = rng.choice(["google", "news.ycombinator.com", None])
+            for n in range(rng.randint(1, 4)):
+                page = rng.choice(PAGES)
+                base = dict(
+                    site_id=SITE,
+                    visitor_id=visitor,
+                    country=country,
+                    device=device,
+                    source=source if n == 0 else None,
+                    event_date=dt.datetime.fromtimestamp(at / 1000, dt.UTC).date(),
+                    is_bot=False,
+                    path=page,
+                    hostname="shop.example",
+                )
+                events.append({**base, "type": "pageview", "event_time": at, "load_ms": rng.randrange(100, 3000)})
+                if rng.random() < 0.3:
+                    at += 1000
+                    plan = rng.choice(PLANS)
+                    events.append(
+                        {**base, "type": "event", "name": "signup", "event_time": at, "props": {"plan": plan}}
+                    )
+                at += rng.randrange(10_000, 600_000)
+            at += GAP_MS + 60_000
+    # a bot and another site's event: neither is ever counted
+    events.append(
+        {
+            "site_id": SITE,
+            "visitor_id": "bot",
+            "type": "pageview",
+            "path": "/",
+            "event_time": at,
+            "event_date": START,
+            "is_bot": True,
+        }
+    )
+    events.append(
+        {
+            "site_id": "other.example",
+            "visitor_id": "x",
+            "type": "pageview",
+            "path": "/",
+            "event_time": at,
+            "event_date": START,
+            "is_bot": False,
+        }
+    )
+    for i, event in enumerate(events):
+        event["event_id"] = f"e{i}"
+    return events
+
+
+COLUMNS = {
+    "event_id": pa.string(),
+    "site_id": pa.string(),
+    "visitor_id": pa.string(),
+    "type": pa.string(),
+    "name": pa.string(),
+    "path": pa.string(),
+    "hostname": pa.string(),
+    "event_time": pa.int64(),
+    "event_date": pa.date32(),
+    "is_bot": pa.bool_(),
+    "props": pa.map_(pa.string(), pa.string()),
+    "engagement_ms": pa.int64(),
+    "load_ms": pa.int64(),
+    "source": pa.string(),
+    "channel": pa.string(),
+    "campaign": pa.string(),
+    "country": pa.string(),
+    "browser": pa.string(),
+    "os": pa.string(),
+    "device": pa.string(),
+    "referrer": pa.string(),
+    "utm_source": pa.string(),
+    "utm_medium": pa.string(),
+    "utm_content": pa.string(),
+    "utm_term": pa.string(),
+}
+
+
+def dataset(events: list[dict[str, Any]]) -> ds.Dataset:
+    rows = {name: [e.get(name) for e in events] for name in COLUMNS}
+    rows["props"] = [list((e.get("props") or {}).items()) for e in events]
+    return ds.dataset(pa.table(rows, schema=pa.schema(COLUMNS)))
+
+
+class RawOnly:
+    """Sources with raw events only: a query that fits the aggregates is a test failure here."""
+
+    def __init__(self, events: list[dict[str, Any]], goals: tuple[Step, ...] = ()) -> None:
+        self.exact_query = ExactQuery(dataset(events), SITE, GAP_MS, goals)
+
+    def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report:
+        raise AssertionError("this test's queries are answered from raw events")
+
+    def exact(self, site_id: str) -> ExactQuery | None:
+        return self.exact_query
+
+
+EVENTS = make_events()
+LIVE = [e for e in EVENTS if e["site_id"] == SITE and not e["is_bot"]]
+
+
+def ask(body: dict[str, Any], sources: RawOnly | None = None) -> Answer:
+    query = parse_query({"site_id": SITE, "date_range": [START.isoformat(), TODAY.isoformat()], **body}, today=TODAY)
+    assert not fits_aggregates(query) or sources is not None
+    return run(query, sources or RawOnly(EVENTS))
+
+
+def table(answer: Answer) -> dict[tuple[str, ...], list[Any]]:
+    return {tuple(r["dimensions"]): r["metrics"] for r in answer.results}
+
+
+def counted(
+    pick: Callable[[dict[str, Any]], bool], key: Callable[[dict[str, Any]], tuple[str, ...]]
+) -> dict[tuple[str, ...], list[int]]:
+    views: Counter[tuple[str, ...]] = Counter()
+    people: dict[tuple[str, ...], set[str]] = defaultdict(set)
+    for e in LIVE:
+        if pick(e):
+            views[key(e)] += e["type"] == "pageview"
+            people[key(e)].add(e["visitor_id"])
+    return {k: [len(people[k]), views[k]] for k in people}
+
+
+def test_two_dimensions_count_each_pair_of_values_exactly() -> None:
+    answer = ask(
+        {
+            "metrics": ["visitors", "pageviews"],
+            "dimensions": ["event:page", "visit:country"],
+            "filters": [["is_not", "event:page", ["/nowhere"]]],
+        }
+    )
+    truth = counted(lambda e: True, lambda e: (e["path"], e["country"] or "(none)"))
+    assert table(answer) == truth
+    assert answer.meta["source"] == "raw" and answer.meta["metrics"]["visitors"]["exact"] is True
+
+
+@pytest.mark.parametrize(
+    ("filters", "pick"),
+    [
+        ([["contains", "event:page", ["blog"]]], lambda e: "blog" in e["path"]),
+        ([["contains_not", "event:page", ["blog"]]], lambda e: "blog" not in e["path"]),
+        ([["matches", "event:page", ["^/blog/[ab]$"]]], lambda e: e["path"].startswith("/blog/")),
+        ([["matches_not", "event:page", ["^/(pricing|signup)$"]]], lambda e: e["path"] not in ("/pricing", "/signup")),
+        ([["is", "event:page", ["/PRICING"], {"case_sensitive": False}]], lambda e: e["path"] == "/pricing"),
+        (
+            [["or", [["is", "visit:country", ["DE"]], ["is", "event:page", ["/"]]]]],
+            lambda e: e["country"] == "DE" or e["path"] == "/",
+        ),
+        ([["not", ["is", "visit:country", ["FR", "DE"]]]], lambda e: e["country"] is None),
+        (
+            [["and", [["is", "visit:device", ["mobile"]], ["not", ["contains", "event:page", ["sign"]]]]]],
+            lambda e: e["device"] == "mobile" and "sign" not in e["path"],
+        ),
+    ],
+)
+def test_every_filter_operator_keeps_exactly_the_events_it_names(filters: list[Any], pick: Callable[..., bool]) -> None:
+    answer = ask({"metrics": ["visitors", "pageviews"], "dimensions": ["event:page"], "filters": filters})
+    assert table(answer) == counted(pick, lambda e: (e["path"],))
+
+
+def test_goals_and_their_conversion_rates_divide_converted_by_all_visitors() -> None:
+    goals = (Step("event", "signup"), Step("page", "/pricing"))
+    answer = ask(
+        {"metrics": ["visitors", "events", "conversion_rate"], "dimensions": ["event:goal"]}, RawOnly(EVENTS, goals)
+    )
+    everyone = len({e["visitor_id"] for e in LIVE})
+    signups = [e for e in LIVE if e["type"] == "event" and e["name"] == "signup"]
+    pricing = [e for e in LIVE if e["type"] == "pageview" and e["path"] == "/pricing"]
+    got = table(answer)
+    for label, hits in (("signup", signups), ("Visit /pricing", pricing)):
+        people = len({e["visitor_id"] for e in hits})
+        assert got[(label,)] == [people, len(hits), round(100 * people / everyone, 2)]
+
+
+def test_a_goal_filter_with_a_source_dimension_converts_within_each_source() -> None:
+    answer = ask(
+        {
+            "metrics": ["visitors", "conversion_rate"],
+            "dimensions": ["visit:device"],
+            "filters": [["is", "event:goal", ["signup"]]],
+        }
+    )
+    assert set(table(answer)) == {("desktop",), ("mobile",)}, "no goals configured: the event's name is the goal"
+    for (device,), (visitors, rate) in table(answer).items():
+        of_device = {e["visitor_id"] for e in LIVE if e["device"] == device}
+        converted = {e["visitor_id"] for e in LIVE if e["device"] == device and e.get("name") == "signup"}
+        assert (visitors, rate) == (len(converted), round(100 * len(converted) / len(of_device), 2))
+    with pytest.raises(QueryError, match="not configured"):
+        ask(
+            {"metrics": ["visitors"], "filters": [["is", "event:goal", ["nope"]]]},
+            RawOnly(EVENTS, (Step("event", "signup"),)),
+        )
+
+
+def test_custom_properties_break_down_by_value_with_none_for_events_without_it() -> None:
+    answer = ask(
+        {
+            "metrics": ["visitors", "events"],
+            "dimensions": ["event:props:plan"],
+            "filters": [["is", "event:name", ["signup"]]],
+        }
+    )
+    events: Counter[str] = Counter(e["props"]["plan"] for e in LIVE if e.get("name") == "signup")
+    assert {k[0]: v[1] for k, v in table(answer).items()} == dict(events)
+    assert set(table(answer)) <= {(p,) for p in PLANS}
+
+
+def test_weeks_and_months_are_labelled_as_plausible_labels_them() -> None:
+    for grain in ("week", "month"):
+        answer = ask(
+            {
+                "metrics": ["pageviews"],
+                "dimensions": [f"time:{grain}"],
+                "include": {"time_labels": True},
+                "filters": [["is_not", "event:page", ["/nowhere"]]],
+            }
+        )
+        truth: Counter[str] = Counter()
+        for e in LIVE:
+            if e["type"] != "pageview":
+                continue
+            day = dt.datetime.fromtimestamp(e["event_time"] / 1000, dt.UTC).date()
+            label = max(day - dt.timedelta(days=day.weekday()), START) if grain == "week" else day.replace(day=1)
+            truth[label.isoformat()] += 1
+        assert {k[0]: v[0] for k, v in table(answer).items()} == dict(truth)
+        assert set(truth) <= set(answer.meta["time_labels"])
+        assert [r["dimensions"][0] for r in answer.results] == sorted(truth), "time ascending by default"
+
+
+def test_visit_metrics_with_a_page_filter_count_the_visits_that_saw_the_page() -> None:
+    answer = ask({"metrics": ["visits", "bounce_rate"], "filters": [["is", "event:page", ["/pricing"]]]})
+    visits = sessionise(LIVE)
+    seen = [v for v in visits if any(e["path"] == "/pricing" and e["type"] == "pageview" for e in v)]
+    bounces = sum(1 for v in seen if sum(e["type"] == "pageview" for e in v) == 1)
+    assert answer.results[0]["metrics"] == [len(seen), round(100 * bounces / len(seen), 1)]
+
+
+def sessionise(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    visits: list[list[dict[str, Any]]] = []
+    by_visitor: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in sorted(events, key=lambda e: (e["visitor_id"], e["event_time"], e["event_id"])):
+        by_visitor[e["visitor_id"]].append(e)
+    for evs in by_visitor.values():
+        current = [evs[0]]
+        for prev, e in itertools.pairwise(evs):
+            if e["event_time"] - prev["event_time"] >= GAP_MS:
+                visits.append(current)
+                current = []
+            current.append(e)
+        visits.append(current)
+    return [v for v in visits if any(e["type"] == "pageview" for e in v)]
+
+
+def test_a_comparison_gives_each_row_the_earlier_figures_and_the_change() -> None:
+    halfway = START + dt.timedelta(days=15)
+    answer = ask(
+        {
+            "metrics": ["pageviews"],
+            "dimensions": ["event:page"],
+            "date_range": [halfway.isoformat(), (halfway + dt.timedelta(days=14)).isoformat()],
+            "filters": [["is_not", "event:page", ["/nowhere"]]],
+            "include": {"compare": "previous_period"},
+        }
+    )
+    assert answer.meta["comparison_date_range"] == [
+        (START + dt.timedelta(days=0)).isoformat(),
+        (halfway - dt.timedelta(days=1)).isoformat(),
+    ]
+
+    def views(first: dt.date, last: dt.date) -> Counter[str]:
+        return Counter(e["path"] for e in LIVE if e["type"] == "pageview" and first <= e["event_date"] <= last)
+
+    now, before = views(halfway, halfway + dt.timedelta(days=14)), views(START, halfway - dt.timedelta(days=1))
+    for row in answer.results:
+        page = row["dimensions"][0]
+        assert row["metrics"] == [now[page]]
+        assert row["comparison"]["metrics"] == [before[page]]
+        expected = round((now[page] - before[page]) / before[page] * 100) if before[page] else 100
+        assert row["comparison"]["change"] == [expected]
+
+
+def test_a_date_time_range_counts_only_the_events_inside_it() -> None:
+    first = dt.datetime.combine(START + dt.timedelta(days=3), dt.time(6), dt.UTC)
+    last = first + dt.timedelta(hours=30)
+    answer = ask({"metrics": ["pageviews"], "date_range": [first.isoformat(), last.isoformat()]})
+    inside = [
+        e
+        for e in LIVE
+        if e["type"] == "pageview" and first.timestamp() * 1000 <= e["event_time"] < last.timestamp() * 1000
+    ]
+    assert answer.results[0]["metrics"] == [len(inside)]
+    assert answer.meta["source"] == "raw"
+
+
+def test_a_bad_regular_expression_is_a_clear_error_naming_the_filters() -> None:
+    with pytest.raises(QueryError, match="regular expression") as caught:
+        ask({"metrics": ["visitors"], "filters": [["matches", "event:page", ["(unclosed"]]]})
+    assert caught.value.part == "filters"
+
+
+def test_values_that_look_like_sql_are_only_ever_values() -> None:
+    answer = ask(
+        {
+            "metrics": ["visitors"],
+            "dimensions": ["event:props:x'); DROP TABLE raw; --"],
+            "filters": [["is", "event:page", ["'; SELECT 1; --"]]],
+        }
+    )
+    assert answer.results == []
