@@ -32,10 +32,15 @@ GOAL_MS = 150.0  # the issue's goal for a query the aggregates answer, p95
 
 
 def questions(first: dt.date, last: dt.date) -> dict[str, dict[str, Any]]:
-    """Name -> Plausible v2 body, over the data set's days."""
+    """Name -> Plausible v2 body, over the data set's days (the issue's six representative questions)."""
     span = {"site_id": SITE, "date_range": [first.isoformat(), last.isoformat()]}
+    month = {"site_id": SITE, "date_range": [(last - dt.timedelta(days=29)).isoformat(), last.isoformat()]}
     return {
-        "site totals": {**span, "metrics": ["visitors", "visits", "pageviews", "bounce_rate", "visit_duration"]},
+        "site totals vs previous 30 days": {
+            **month,
+            "metrics": ["visitors", "visits", "pageviews", "bounce_rate", "visit_duration"],
+            "include": {"compare": "previous_period"},
+        },
         "time series by day": {**span, "metrics": ["visitors", "pageviews"], "dimensions": ["time:day"]},
         "top pages": {
             **span,
@@ -43,7 +48,18 @@ def questions(first: dt.date, last: dt.date) -> dict[str, dict[str, Any]]:
             "dimensions": ["event:page"],
             "pagination": {"limit": 10},
         },
-        "sources": {**span, "metrics": ["visitors", "pageviews"], "dimensions": ["visit:source"]},
+        "sources but direct": {
+            **span,
+            "metrics": ["visitors", "pageviews"],
+            "dimensions": ["visit:source"],
+            "filters": [["is_not", "visit:source", ["(none)"]]],
+        },
+        "props of signups": {
+            **span,
+            "metrics": ["visitors", "events"],
+            "dimensions": ["event:props:plan"],
+            "filters": [["is", "event:name", ["signup"]]],
+        },
         "filtered (answered from raw)": {
             **span,
             "metrics": ["visitors", "pageviews"],
@@ -55,9 +71,12 @@ def questions(first: dt.date, last: dt.date) -> dict[str, dict[str, Any]]:
 def raw_sql(first: dt.date, last: dt.date) -> dict[str, str]:
     """The same questions as DuckDB scans of raw.pageviews (exact)."""
     where = f"site_id = '{SITE}' AND event_date BETWEEN DATE '{first}' AND DATE '{last}' AND NOT is_bot"
+    before, start = last - dt.timedelta(days=59), last - dt.timedelta(days=29)
+    both = f"site_id = '{SITE}' AND event_date BETWEEN DATE '{before}' AND DATE '{last}' AND NOT is_bot"
     return {
-        "site totals": (
-            f"SELECT count(*) FILTER (WHERE type = 'pageview'), count(DISTINCT visitor_id) FROM raw WHERE {where}"
+        "site totals vs previous 30 days": (
+            f"SELECT event_date >= DATE '{start}' AS now, count(*) FILTER (WHERE type = 'pageview'), "
+            f"count(DISTINCT visitor_id) FROM raw WHERE {both} GROUP BY 1"
         ),
         "time series by day": (
             "SELECT event_date, count(*) FILTER (WHERE type = 'pageview'), count(DISTINCT visitor_id) "
@@ -67,9 +86,13 @@ def raw_sql(first: dt.date, last: dt.date) -> dict[str, str]:
             "SELECT path, count(*) FILTER (WHERE type = 'pageview') AS v, count(DISTINCT visitor_id) "
             f"FROM raw WHERE {where} GROUP BY 1 ORDER BY v DESC LIMIT 10"
         ),
-        "sources": (
-            "SELECT coalesce(source, '(none)'), count(*) FILTER (WHERE type = 'pageview'), count(DISTINCT visitor_id) "
-            f"FROM raw WHERE {where} GROUP BY 1"
+        "sources but direct": (
+            "SELECT source, count(*) FILTER (WHERE type = 'pageview'), count(DISTINCT visitor_id) "
+            f"FROM raw WHERE {where} AND source IS NOT NULL GROUP BY 1"
+        ),
+        "props of signups": (
+            "SELECT props['plan'], count(*), count(DISTINCT visitor_id) "
+            f"FROM raw WHERE {where} AND type = 'event' AND name = 'signup' AND props['plan'] IS NOT NULL GROUP BY 1"
         ),
         "filtered (answered from raw)": (
             "SELECT count(DISTINCT visitor_id), count(*) FILTER (WHERE type = 'pageview') "

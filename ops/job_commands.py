@@ -57,7 +57,7 @@ def run_backfill(
     """Run (or plan) a backfill and print its report; the exit code for the CLI."""
     from jobs.backfill import BackfillError, backfill, plan
     from jobs.spark import spark_session
-    from tally.tables import BACKFILL_VIEWS, UNCHECKED_VIEWS
+    from tally.tables import BACKFILL_VIEWS
 
     spark = spark_session(settings, "tally-backfill")
     try:
@@ -74,7 +74,7 @@ def run_backfill(
         # Every backfill is checked: a failing partition is quarantined until fixed.
         from quality.checks import run_checks
 
-        tables = [spec.table for spec in BACKFILL_VIEWS if spec not in UNCHECKED_VIEWS]
+        tables = [spec.table for spec in BACKFILL_VIEWS]
         checked = run_checks(settings, dates=report.replaced_dates, tables=tables)
         failed = [f"{o.table} {o.partition_date}" for o in checked.outcomes if o.failed]
         print(f"data-quality suites: {len(checked.outcomes)} partitions checked, {len(failed)} quarantined")

@@ -4,8 +4,10 @@ Trust, but verify. Three reconciliations, each comparison a named finding:
 
 1. **kafka = raw** (``quality.kafka_raw``): event ids per date, and every Kafka offset accounted for;
 2. **raw = views** (``quality.raw_views``): non-bot page views per date in every traffic grain,
-   in visits, and no page view outside a visit;
-3. **sketches**: the daily HLL visitors estimate within its 2-sigma bounds of the exact count.
+   in visits, and no page view outside a visit; (``quality.raw_props``) non-bot custom events per
+   date, event name, property key and value in ``agg.props_1d``, and no row without such an event;
+3. **sketches**: the daily HLL visitors estimates (``agg.traffic_1d``, ``agg.props_1d``) within
+   their 2-sigma bounds of the exact counts.
 
 The report is printed, recorded in ``quality.audits`` (one row per finding), and every
 (table, date) with a mismatch is quarantined in ``quality.partitions`` (checker ``audit``) until
@@ -27,6 +29,7 @@ from quality.findings import CHECKS, Finding, mismatches
 from quality.kafka_log import scan_topic
 from quality.kafka_raw import KafkaScan, reconcile_kafka_raw
 from quality.quarantine import record_statuses
+from quality.raw_props import PropsInput, reconcile_raw_props
 from quality.raw_views import TRAFFIC_TABLES, ViewsInput, reconcile_raw_views
 from quality.store import append, read_rows
 from tally.log import kv
@@ -34,13 +37,26 @@ from tally.quarantine import PartitionStatus
 from tally.settings import Settings
 from tally.storage import find_table, recorded_offset
 from tally.table_schemas import QUALITY_AUDITS_SCHEMA
-from tally.tables import LATE_EVENTS, QUALITY_AUDITS, RAW_PAGEVIEWS, RAW_REJECTED, SESSIONS, TRAFFIC_1D, VISITS_1D
+from tally.tables import (
+    LATE_EVENTS,
+    PROPS_1D,
+    QUALITY_AUDITS,
+    RAW_PAGEVIEWS,
+    RAW_REJECTED,
+    SESSIONS,
+    TRAFFIC_1D,
+    VISITS_1D,
+)
 
 log = logging.getLogger("tally.quality.audit")
 
 MISMATCHES = Counter("tally_quality_audit_mismatches", "Audit comparisons that did not match", ["check", "name"])
 
-RAW_COLUMNS = ("event_id", "event_date", "type", "is_bot", "site_id", "visitor_id", "event_time", "ts_received")
+RAW_COLUMNS = (
+    *("event_id", "event_date", "type", "is_bot", "site_id", "visitor_id", "event_time", "ts_received"),
+    *("name", "props"),  # for agg.props_1d
+)
+PROPS_COLUMNS = ("site_id", "event_date", "name", "key", "value", "events", "visitors_sketch")
 DAY = dt.timedelta(days=1)
 SESSIONS_TABLE, LATE = SESSIONS.table, LATE_EVENTS.table
 
@@ -143,7 +159,10 @@ def audit(
         equals={"source_topic": scan.topic},
     )
     findings = reconcile_kafka_raw(scan, in_range, rejected, dates, site_id=site_id)
-    findings += reconcile_raw_views(_views_input(settings, dates, events, site_id))
+    views = _views_input(settings, dates, events, site_id)
+    findings += reconcile_raw_views(views)
+    props = read_rows(settings, PROPS_1D.table, PROPS_COLUMNS, start=start, end=end, equals=_site(site_id))
+    findings += reconcile_raw_props(PropsInput(dates, in_range, props, views.late_events, views.watermark))
     kafka = f"{scan.describe()} (from {lookback} h before {start} by message time, to the end offsets at the start)"
     report = AuditReport(uuid.uuid4().hex, now, start, end, site_id, kafka, tuple(findings))
     if record:

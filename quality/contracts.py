@@ -23,6 +23,7 @@ from tally.tables import (
     ACTIVE_5M,
     ALL_VIEWS,
     LATE_EVENTS,
+    PROPS_1D,
     RATELIMIT,
     RAW_PAGEVIEWS,
     RAW_REJECTED,
@@ -60,6 +61,14 @@ def _names(names: str) -> tuple[str, ...]:
     return tuple(names.split())
 
 
+# What ingest lets through (ingest/beacon.py; a unit test keeps these in step): an event name of at most
+# 256 characters, property keys of 1-64 and values of at most 256. Ingest bounds the text as sent, then
+# prefixes text a spreadsheet would run as a formula with a quote, so the stored text may be one longer.
+MAX_EVENT_NAME = 256
+MAX_PROP_KEY = 64
+MAX_PROP_VALUE = 256
+FORMULA_PREFIXES = ("=", "+", "-", "@")
+
 # The checked tables, in the order `tally check` runs them (the CLI lists them without building contracts).
 CHECKED_TABLES = (RAW_PAGEVIEWS, RAW_REJECTED, *(spec.table for spec in ALL_VIEWS))
 
@@ -83,6 +92,17 @@ class Difference:
 
 
 @dataclass(frozen=True)
+class SentLength:
+    """A column derived before validation: the characters of ``text`` as the tracker sent it.
+
+    That is the stored length, less the quote ingest put before a formula prefix (``FORMULA_PREFIXES``).
+    """
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Contract:
     """The checks of one table, applied to one date partition at a time."""
 
@@ -97,6 +117,7 @@ class Contract:
     day_column: tuple[str, TimeKind] | None = None  # falls within the partition's day
     sane_times: tuple[tuple[str, TimeKind], ...] = ()  # within [earliest_year, now + clock skew]
     differences: tuple[Difference, ...] = ()
+    sent_lengths: tuple[SentLength, ...] = ()
     freshness: tuple[str, TimeKind] | None = None  # today's newest value must be recent
 
 
@@ -251,6 +272,36 @@ def _ratelimit() -> Contract:
     )
 
 
+def _props_1d() -> Contract:
+    # Bots' events are never counted, but the view keeps no is_bot column: `tally audit` (quality.raw_props)
+    # names rows that no non-bot custom event of raw carried.
+    return Contract(
+        table=PROPS_1D.table,
+        partition_by=PROPS_1D.partition_by,
+        columns=_ddl(
+            f"{_WINDOWED}, name STRING, key STRING, value STRING, events BIGINT, visitors_sketch BINARY,"
+            " event_date DATE"
+        ),
+        keys=PROPS_1D.keys,
+        not_null=_names("window_end events visitors_sketch"),
+        # A row exists because an event carried the property; a missing name or value is `(none)`.
+        ranges=(
+            Range("events", 1),
+            Range("window_seconds", 86400, 86400),
+            Range("name_length", 1, MAX_EVENT_NAME),
+            Range("key_length", 1, MAX_PROP_KEY),
+            Range("value_length", 0, MAX_PROP_VALUE),
+        ),
+        day_column=("window_start", "timestamp"),
+        differences=(_WINDOW_LENGTH,),
+        sent_lengths=(
+            SentLength("name_length", "name"),
+            SentLength("key_length", "key"),
+            SentLength("value_length", "value"),
+        ),
+    )
+
+
 def _late_events() -> Contract:
     return Contract(
         table=LATE_EVENTS.table,
@@ -279,6 +330,7 @@ def contracts(q: QualitySettings) -> dict[str, Contract]:
         _visits(VISITS_1H.table, 3600),
         _visits(VISITS_1D.table, 86400),
         _ratelimit(),
+        _props_1d(),
         _late_events(),
     )
     assert tuple(c.table for c in every) == CHECKED_TABLES, "CHECKED_TABLES must list every contract, in order"

@@ -129,7 +129,7 @@ def reconcile_raw_views(data: ViewsInput) -> list[Finding]:
             message = f"every page view in {RAW_PAGEVIEWS} belongs to a visit in agg.sessions"
         else:
             ids = examples(lonely["event_id"].astype(str), len(lonely))
-            message = f"no visit in agg.sessions holds {_plural(len(lonely), 'page view')} of {RAW_PAGEVIEWS}: {ids}"
+            message = f"no visit in agg.sessions holds {plural(len(lonely), 'page view')} of {RAW_PAGEVIEWS}: {ids}"
         findings.append(
             Finding(RAW_VIEWS, "page views without a visit", SESSIONS.table, day, 0, len(lonely), lonely.empty, message)
         )
@@ -153,16 +153,17 @@ def _visitors(data: ViewsInput) -> list[Finding]:
     return findings
 
 
-def _plural(n: int, noun: str) -> str:
+def plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def _late_arrivals(pageviews: pd.DataFrame, watermark: dt.timedelta) -> dict[dt.date, int]:
-    delay = pageviews["ts_received"] - pageviews["event_time"]
-    return _per_date(pageviews[delay > watermark / dt.timedelta(milliseconds=1)])
+def late_arrivals(events: pd.DataFrame, watermark: dt.timedelta) -> dict[dt.date, int]:
+    """Per date, the events that arrived later than the watermark after their event time."""
+    delay = events["ts_received"] - events["event_time"]
+    return _per_date(events[delay > watermark / dt.timedelta(milliseconds=1)])
 
 
-def _recorded_late_since(late_events: pd.DataFrame, day: dt.date) -> int:
+def recorded_late_since(late_events: pd.DataFrame, day: dt.date) -> int:
     """Late rows the stream recorded on or after ``day`` (each query counts an event once; take the largest)."""
     if late_events.empty:
         return 0
@@ -170,27 +171,33 @@ def _recorded_late_since(late_events: pd.DataFrame, day: dt.date) -> int:
     return int(since.groupby("query")["late_rows"].sum().max()) if not since.empty else 0
 
 
+def late_cause(day: dt.date, arrived_late: int, recorded: int, watermark: dt.timedelta, noun: str) -> tuple[str, str]:
+    """The message suffix and the hint for a view short of raw on a day with late events."""
+    cause = (
+        f"; late events: {plural(arrived_late, noun)} of {day} arrived more than"
+        f" {describe_span(watermark)} after {'its' if arrived_late == 1 else 'their'} event time,"
+        f" agg.late_events counted"
+        f" {plural(recorded, 'late row')} since {day}"
+    )
+    hint = (
+        f"late events: the stream dropped events of {day} that arrived after the watermark;"
+        f" a backfill counts them: tally backfill --from {day} --to {day}"
+    )
+    return cause, hint
+
+
 def _explain(findings: Sequence[Finding], data: ViewsInput, pageviews: pd.DataFrame) -> list[Finding]:
     """Give each mismatch its likely cause and the command that fixes it."""
-    late = _late_arrivals(pageviews, data.watermark)
+    late = late_arrivals(pageviews, data.watermark)
     explained = []
     for f in findings:
         if f.ok or f.date is None or f.expected is None or f.actual is None:
             explained.append(f)
             continue
         short = f.actual > 0 if f.name == "page views without a visit" else f.actual < f.expected
-        arrived_late, recorded = late.get(f.date, 0), _recorded_late_since(data.late_events, f.date)
+        arrived_late, recorded = late.get(f.date, 0), recorded_late_since(data.late_events, f.date)
         if short and (arrived_late or recorded):
-            cause = (
-                f"; late events: {_plural(arrived_late, 'page view')} of {f.date} arrived more than"
-                f" {describe_span(data.watermark)} after {'its' if arrived_late == 1 else 'their'} event time,"
-                f" agg.late_events counted"
-                f" {_plural(recorded, 'late row')} since {f.date}"
-            )
-            hint = (
-                f"late events: the stream dropped events of {f.date} that arrived after the watermark;"
-                f" a backfill counts them: tally backfill --from {f.date} --to {f.date}"
-            )
+            cause, hint = late_cause(f.date, arrived_late, recorded, data.watermark, "page view")
         elif short:
             cause, hint = f"; the view misses events of {RAW_PAGEVIEWS}", backfill_hint(f.date)
         else:

@@ -36,7 +36,7 @@ from great_expectations.expectations.core.expect_compound_columns_to_be_unique i
 from great_expectations.expectations.core.expect_table_columns_to_match_set import ExpectTableColumnsToMatchSet
 from great_expectations.expectations.core.expect_table_row_count_to_be_between import ExpectTableRowCountToBeBetween
 
-from quality.contracts import Contract, TimeKind
+from quality.contracts import FORMULA_PREFIXES, Contract, TimeKind
 from quality.findings import CheckResult
 from tally.settings import QualitySettings
 
@@ -126,8 +126,15 @@ def parameters(q: QualitySettings, day: dt.date, now: dt.datetime) -> dict[str, 
     return values
 
 
+def sent_length(text: pd.Series) -> pd.Series:
+    """Characters of each text as sent: the stored length, less a quote ingest put before a formula prefix."""
+    stored = text.astype("string")
+    quoted = stored.str.startswith(tuple(f"'{prefix}" for prefix in FORMULA_PREFIXES))
+    return stored.str.len() - quoted.astype("Int64")
+
+
 def derive(frame: pd.DataFrame, contract: Contract) -> pd.DataFrame:
-    """Add the contract's derived columns (differences); a missing source column leaves them out."""
+    """Add the contract's derived columns (differences, lengths); a missing source column leaves them out."""
     derived = frame.copy(deep=False)
     for d in contract.differences:
         if d.later in frame and d.earlier in frame:
@@ -135,6 +142,9 @@ def derive(frame: pd.DataFrame, contract: Contract) -> pd.DataFrame:
             if pd.api.types.is_timedelta64_dtype(difference):
                 difference = difference.dt.total_seconds()
             derived[d.name] = difference
+    for length in contract.sent_lengths:
+        if length.text in frame:
+            derived[length.name] = sent_length(frame[length.text])
     return derived
 
 

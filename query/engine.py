@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from query.exact import ExactQuery, time_label
+from query.exact import ExactQuery, leaves, matching_values, time_label
 from query.report import Report
 from query.spec import (
     MAX_LIMIT,
@@ -32,10 +32,16 @@ from query.spec import (
     QueryError,
     dimension,
 )
+from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.sketches import Estimate
 
 VISITORS_MEANING = (
     "daily visitor ids: a visitor's id changes every UTC day, so someone who came on 3 days of the range counts 3 times"
+)
+PROPS_MEANING = (
+    "from agg.props_1d: the custom events that carry the property (no (none) row); each day's "
+    f"{MAX_KEYS_PER_DAY} most frequent keys, and per key its {MAX_VALUES_PER_KEY} most frequent values, "
+    f"the rest summed as {OTHER_VALUE}. Add a filter beyond event:name for an exact answer from raw events"
 )
 _TIME_METRICS = ("visitors", "pageviews", "visits")
 _TRAFFIC_METRICS = ("visitors", "pageviews", "events", "percentage", "visits", "bounce_rate", "visit_duration")
@@ -60,10 +66,14 @@ class Answer:
 
 def fits_aggregates(query: Query) -> bool:
     """Whether the aggregate views hold this query's answer (otherwise raw events answer it)."""
-    if query.filters or query.between is not None or len(query.dimensions) > 1 or "conversion_rate" in query.metrics:
+    if query.between is not None or len(query.dimensions) > 1 or "conversion_rate" in query.metrics:
         return False
     metrics = set(query.metrics)
     d = query.dimension
+    if d is not None and d.name == "props":  # agg.props_1d: one property's values, of one event name or all
+        return metrics <= {"visitors", "events"} and _event_name(query) is not False
+    if query.filters and not _on_own_dimension(query):
+        return False
     if d is None:
         return True
     if not d.aggregated:
@@ -84,6 +94,8 @@ def run(query: Query, sources: Sources) -> Answer:
     meta: dict[str, Any] = {"source": source, "metrics": {m: _metric_meta(m, rows, source) for m in query.metrics}}
     if "visitors" in query.metrics or "percentage" in query.metrics:
         meta["visitors"] = VISITORS_MEANING
+    if source == "aggregates" and query.dimension is not None and query.dimension.name == "props":
+        meta["props"] = PROPS_MEANING
     time_dims = [name for name in query.dimensions if name.startswith("time")]
     labels = _time_labels(query, dimension(time_dims[0]).name) if time_dims else []
     if query.compare is not None:
@@ -101,15 +113,55 @@ def run(query: Query, sources: Sources) -> Answer:
 def _rows(query: Query, sources: Sources) -> tuple[list[dict[str, Any]], str]:
     if fits_aggregates(query):
         report = sources.aggregate_report(query.site_id, query.start, query.end)
-        return _aggregate_rows(report, query), "aggregates"
+        rows = _aggregate_rows(report, query)
+        if query.filters and query.dimension is not None and query.dimension.name != "props":
+            kept = matching_values([r["dimensions"][0] for r in rows], query.dimensions[0], query.filters)
+            rows = [r for r in rows if r["dimensions"][0] in kept]
+        return rows, "aggregates"
     exact = sources.exact(query.site_id)
     return (exact.answer(query) if exact is not None else []), "raw"
+
+
+def _on_own_dimension(query: Query) -> bool:
+    """Filters that name only the query's one (non-time) dimension, and no share of a total: the
+    aggregate rows of the values they keep are the answer (top pages under /blog/, sources but direct)."""
+    d = query.dimension
+    return (
+        d is not None
+        and d.kind in ("traffic", "visit")
+        and "percentage" not in query.metrics
+        and set(leaves(query.filters)) == {query.dimensions[0]}
+    )
+
+
+def _event_name(query: Query) -> str | bool | None:
+    """The one custom event name a props query is narrowed to, None for every name, False if its
+    filters say anything else."""
+    if not query.filters:
+        return None
+    only = query.filters[0]
+    if len(query.filters) > 1 or only.op != "is" or only.dimension != "event:name" or len(only.values) != 1:
+        return False
+    return only.values[0] if only.case_sensitive and only.values[0] != "pageview" else False
 
 
 def _aggregate_rows(report: Report, query: Query) -> list[dict[str, Any]]:
     d = query.dimension
     if d is None:
         return [_total_row(report, query.metrics)]
+    if d.name == "props":
+        name = _event_name(query)
+        frame = report.props(d.column, MAX_LIMIT, name if isinstance(name, str) else None)
+        return [
+            {
+                "dimensions": [str(r["value"])],
+                "metrics": {
+                    "visitors": Estimate(float(r["visitors"]), *_bounds(r)),
+                    "events": int(r["events"]),
+                },
+            }
+            for r in frame.to_dict("records")
+        ]
     if d.kind == "time":
         return _time_rows(report, query, d.name)
     if d.kind == "traffic" and not set(query.metrics) <= set(VISIT_METRICS):
@@ -177,7 +229,7 @@ def _total_row(report: Report, metrics: tuple[str, ...]) -> dict[str, Any]:
         "visitors": totals.visitors,
         "visits": totals.visits,
         "pageviews": totals.pageviews,
-        "events": totals.events,
+        "events": totals.pageviews + totals.events,  # Plausible's events: page views and custom events
         "views_per_visit": _round(totals.views_per_visit, 2),
         "bounce_rate": _round(totals.bounce_rate * 100 if totals.bounce_rate is not None else None, 1),
         "visit_duration": _round(totals.avg_duration_s, 0),
@@ -227,7 +279,7 @@ def _traffic_rows(report: Report, query: Query, name: str) -> list[dict[str, Any
         values: dict[str, Any] = {
             "visitors": estimate,
             "pageviews": int(record["pageviews"]),
-            "events": int(record["events"]),
+            "events": int(record["pageviews"]) + int(record["events"]),
             "percentage": _round(100 * estimate.value / total_visitors, 1) if total_visitors else None,
         }
         if visit_metrics:

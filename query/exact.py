@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pyarrow.dataset as ds
 
 from query.aggregates import Range
@@ -33,7 +34,9 @@ from query.goals import Step
 from query.spec import GOAL, PERCENTILE_METRICS, VISIT_METRICS, Filter, Query, QueryError, dimension
 from tally.dimensions import AUDIENCE_DIMENSIONS, NONE_VALUE
 
-EVENT_METRICS = ("visitors", "pageviews", "events", *PERCENTILE_METRICS)
+# "events" counts custom events (the dashboard's word); "all_events" page views and custom events
+# (Plausible's `events`). With an event:goal dimension both count conversions.
+EVENT_METRICS = ("visitors", "pageviews", "events", "all_events", *PERCENTILE_METRICS)
 VISIT_SUMS = ("visits", "bounces", "duration_ms", "visit_pageviews")
 # What a visit takes from its first event (the visit dimensions besides entry and exit page).
 VISIT_ATTRIBUTES = (*AUDIENCE_DIMENSIONS, "referrer", "utm_source", "utm_medium", "utm_content", "utm_term")
@@ -168,11 +171,13 @@ class ExactQuery:
         if any(dimension(d).name == "name" for d in dimensions):
             where.append("e.type IN ('pageview', 'event')")  # engagement beacons are not events of their own
         events = "count(*)" if GOAL in dimensions else "count(*) FILTER (WHERE e.type = 'event')"
+        every = "count(*)" if GOAL in dimensions else "count(*) FILTER (WHERE e.type IN ('pageview', 'event'))"
         selects = [
             *(f"{k} AS d{i}" for i, k in enumerate(keys)),
             "count(DISTINCT e.visitor_id) AS visitors",
             "count(*) FILTER (WHERE e.type = 'pageview') AS pageviews",
             f"{events} AS events",
+            f"{every} AS all_events",
             *(
                 f"quantile_cont(e.{kind}_ms, {q / 100}) FILTER (WHERE e.type = "
                 f"'{'engagement' if kind == 'engagement' else 'pageview'}') AS {kind}_p{q}"
@@ -182,7 +187,7 @@ class ExactQuery:
         group = f"GROUP BY {', '.join(f'd{i}' for i in range(len(keys)))}" if keys else ""
         text = f"SELECT {', '.join(selects)} FROM {source} WHERE {' AND '.join(where)} {group}"
         frame = con.execute(text, sql.params).fetchall()
-        names = [*(f"d{i}" for i in range(len(keys))), "visitors", "pageviews", "events", *PERCENTILE_METRICS]
+        names = [*(f"d{i}" for i in range(len(keys))), *EVENT_METRICS]
         rows: dict[tuple[str, ...], Row] = {}
         for record in frame:
             values = dict(zip(names, record, strict=True))
@@ -224,6 +229,28 @@ class ExactQuery:
         for key, values in merged.items():
             total = base.get(tuple(key[i] for i in positions), {}).get("visitors", 0)
             values["conversion_rate"] = round(100 * values.get("visitors", 0) / total, 2) if total else None
+
+
+def matching_values(values: Sequence[str], name: str, filters: Iterable[Filter]) -> set[str]:
+    """The values of dimension ``name`` that ``filters`` (on that dimension only) keep, decided by the
+    same SQL the raw answers use, so an aggregate answer narrowed by them matches the raw one."""
+    counting = "visit" if dimension(name).kind == "visit" else "event"
+    alias, column = _dimension_sql(name, counting).split(".")
+    sql = _Sql()
+    where = " AND ".join(_filter_sql(f, sql, counting, ()) for f in filters) or "true"
+    con = duckdb.connect()
+    try:
+        con.register(alias, pa.table({column: pa.array(list(values), pa.string())}))
+        return {str(v) for (v,) in con.execute(f"SELECT {column} FROM {alias} WHERE {where}", sql.params).fetchall()}
+    except duckdb.InvalidInputException as e:
+        raise QueryError("filters", f"a filter's regular expression is not valid: {e}") from e
+    finally:
+        con.close()
+
+
+def leaves(filters: Iterable[Filter]) -> list[str]:
+    """The dimensions a filter tree names."""
+    return _leaves(filters)
 
 
 def _needs_visits(query: Query) -> bool:
@@ -374,6 +401,8 @@ def _shown(values: Row, metrics: Sequence[str]) -> Row:
             shown[metric] = round(values["visit_pageviews"] / visits, 2) if visits else None
         elif metric in PERCENTILE_METRICS:
             shown[metric] = _rounded(values.get(metric), 0)
+        elif metric == "events":  # Plausible's: page views and custom events
+            shown[metric] = values.get("all_events", 0)
         else:
             shown[metric] = values.get(metric, 0 if metric in ("visitors", "pageviews", "events", "visits") else None)
     return shown

@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 from query.aggregates import Range, Totals
 from query.exact import ExactQuery, goal_label, open_events
 from query.goals import Step
-from query.spec import GOAL, Filter, Query
+from query.spec import GOAL, PROPS_PREFIX, Filter, Query
 from tally.dimensions import AUDIENCE_DIMENSIONS, EVENT, NONE_VALUE, RAW_DIMENSION_COLUMNS
 from tally.sketches import Estimate
 
@@ -133,6 +133,21 @@ class RawQuery:
             )
         frame = pd.DataFrame(records, columns=["value", "visits", "bounce_rate", "avg_duration_s"])
         return frame.sort_values(["visits", "value"], ascending=[False, True]).head(limit).reset_index(drop=True)
+
+    def props(self, key: str, limit: int = 10, name: str | None = None) -> pd.DataFrame:
+        """Values of a custom property (of one event name, or of every custom event), exact."""
+        narrowed = Filter("is", dimension="event:name", values=(name,)) if name else None
+        custom = narrowed or Filter("is_not", dimension="event:name", values=("pageview",))
+        rows = self._measure((f"{PROPS_PREFIX}{key}",), ("visitors",), (custom,))
+        frame = pd.DataFrame(
+            [
+                {"value": r["dimensions"][0], "events": r["metrics"]["events"], "visitors": r["metrics"]["visitors"]}
+                for r in rows
+            ],
+            columns=["value", "events", "visitors"],
+        )
+        frame["visitors_bound"] = 0.0
+        return frame.sort_values(["events", "value"], ascending=[False, True]).head(limit).reset_index(drop=True)
 
     def goal(self, step: Step) -> Estimate:
         """Visitors who viewed the page or sent the custom event (exact; bounds equal)."""

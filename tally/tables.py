@@ -45,11 +45,8 @@ PROPS_1D = ViewSpec("agg.props_1d", ("site_id", "window_start", "name", "key", "
 
 # Every view a backfill recomputes, in dependency order (coarser grains read finer ones).
 BACKFILL_VIEWS = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1H, VISITS_1D, RATELIMIT, PROPS_1D)
-# Views without a data-quality contract (quality/contracts.py) yet: `tally check` and the checks
-# after a backfill leave them out.
-UNCHECKED_VIEWS = (PROPS_1D,)
-# Every view the data-quality suites check (every view, once each has its contract).
-ALL_VIEWS = (*(spec for spec in BACKFILL_VIEWS if spec not in UNCHECKED_VIEWS), LATE_EVENTS)
+# Every view; each has a data-quality contract (quality/contracts.py) that `tally check` applies.
+ALL_VIEWS = (*BACKFILL_VIEWS, LATE_EVENTS)
 # The traffic and visit tables by grain (the dashboard picks one by the range it shows).
 TRAFFIC_BY_GRAIN = {"minute": TRAFFIC_1M, "hour": TRAFFIC_1H, "day": TRAFFIC_1D}
 VISITS_BY_GRAIN = {"hour": VISITS_1H, "day": VISITS_1D}
@@ -60,7 +57,6 @@ ALL_TABLES = (
     RAW_PAGEVIEWS,
     RAW_REJECTED,
     *(spec.table for spec in ALL_VIEWS),
-    *(spec.table for spec in UNCHECKED_VIEWS),
     *QUALITY_TABLES,
 )
 

@@ -107,7 +107,7 @@ def test_site_totals_equal_the_raw_events_and_visitors_lie_within_the_stated_bou
     raw: pd.DataFrame = api["raw"]
     drill = api["drill"].totals()
     assert got["pageviews"] == (raw["type"] == "pageview").sum() > 0
-    assert got["events"] == (raw["type"] == "event").sum() > 0
+    assert got["events"] == raw["type"].isin(["pageview", "event"]).sum() > got["pageviews"], "as Plausible's"
     assert got["visits"] == drill.visits > 0
     assert got["bounce_rate"] == round(100 * drill.bounces / drill.visits, 1)
     assert got["visit_duration"] == round(drill.duration_ms / drill.visits / 1000)
@@ -246,6 +246,49 @@ def test_plausible_docs_props_breakdown_under_a_goal_filter(api: dict[str, Any])
     assert got == truth
 
 
+def test_a_props_breakdown_of_one_event_is_answered_from_the_props_view(api: dict[str, Any]) -> None:
+    answer = ask(
+        api,
+        {
+            "metrics": ["visitors", "events"],
+            "dimensions": ["event:props:plan"],
+            "filters": [["is", "event:name", ["download"]]],
+        },
+    )
+    got = results(answer)
+    meta = answer.json()["meta"]
+    assert meta["source"] == "aggregates" and "agg.props_1d" in meta["props"]
+    raw: pd.DataFrame = api["raw"]
+    downloads = raw[(raw["type"] == "event") & (raw["name"] == "download")]
+    plans = downloads["props"].map(lambda p: dict(p or [])["plan"])
+    assert set(got) == {(plan,) for plan in set(plans)}
+    bound = meta["metrics"]["visitors"]["bound_95"]
+    for (plan,), (visitors, events) in got.items():
+        assert events == int((plans == plan).sum())
+        exact = downloads.loc[plans == plan, "visitor_id"].nunique()
+        assert abs(visitors - exact) <= bound * visitors + 1
+
+
+def test_top_pages_under_a_path_are_the_aggregate_rows_the_filter_keeps(api: dict[str, Any]) -> None:
+    answer = ask(
+        api,
+        {
+            "metrics": ["visitors", "pageviews"],
+            "dimensions": ["event:page"],
+            "filters": [["matches", "event:page", ["^/blog"]], ["is_not", "event:page", ["/blog"]]],
+        },
+    )
+    got = results(answer)
+    assert answer.json()["meta"]["source"] == "aggregates"
+    raw: pd.DataFrame = api["raw"]
+    truth = event_counts(raw[raw["path"].str.startswith("/blog") & (raw["path"] != "/blog")], ["path"])
+    assert set(got) == set(truth) and truth
+    bound = answer.json()["meta"]["metrics"]["visitors"]["bound_95"]
+    for key, (visitors, views) in got.items():
+        assert views == truth[key][1]
+        assert abs(visitors - truth[key][0]) <= bound * visitors + 1
+
+
 def test_a_weekly_series_with_a_comparison_lists_every_week_with_its_earlier_figures(api: dict[str, Any]) -> None:
     answer = ask(
         api,
@@ -268,6 +311,125 @@ def test_a_weekly_series_with_a_comparison_lists_every_week_with_its_earlier_fig
     assert got["meta"]["comparison_date_range"] == ["2026-02-25", "2026-02-28"]
     for row in got["results"]:
         assert row["comparison"]["metrics"] == [0] and row["comparison"]["change"] == [100]
+
+
+# The query bodies of Plausible's public docs (plausible/docs, src/js/apiv2-examples/*-query.json),
+# with the site and range of this data set; a property this data has (plan, not is_customer).
+def docs_example(name: str) -> dict[str, Any]:
+    examples: dict[str, dict[str, Any]] = {
+        "aggregate": {"metrics": ["visitors", "events"]},
+        "custom-properties": {
+            "metrics": ["visitors"],
+            "dimensions": ["time:day", "event:props:plan"],
+            "order_by": [["time:day", "asc"], ["event:props:plan", "desc"]],
+        },
+        "utm": {"metrics": ["visitors", "events", "pageviews"], "dimensions": ["visit:utm_medium", "visit:utm_source"]},
+        "time-labels": {
+            "metrics": ["visitors"],
+            "date_range": ["2026-03-02", "2026-03-02"],
+            "dimensions": ["time:hour"],
+            "include": {"time_labels": True},
+        },
+        "filtering-case-insensitive": {
+            "metrics": ["visitors"],
+            "filters": [["contains", "event:page", ["BLOG"], {"case_sensitive": False}]],
+        },
+        "pagination": {
+            "metrics": ["visitors", "events", "pageviews"],
+            "dimensions": ["visit:source", "visit:device"],
+            "include": {"total_rows": True},
+            "pagination": {"limit": 3, "offset": 1},
+        },
+    }
+    return examples[name]
+
+
+def test_plausible_docs_examples_equal_the_raw_events(api: dict[str, Any]) -> None:
+    raw: pd.DataFrame = api["raw"]
+    counted = raw["type"].isin(["pageview", "event"])
+    got = results(ask(api, docs_example("aggregate")))
+    bound = 0.05  # lg_k 12: far inside at this size; the exact bound is checked in the totals test
+    ((visitors, events),) = got.values()
+    assert events == counted.sum() and abs(visitors - raw["visitor_id"].nunique()) <= bound * visitors
+
+    answer = ask(api, docs_example("custom-properties")).json()
+    plan = raw["props"].map(lambda p: dict(p or []).get("plan", "(none)"))
+    day = pd.to_datetime(raw["event_time"], unit="ms").dt.strftime("%Y-%m-%d")
+    truth = raw.assign(plan=plan, day=day).groupby(["day", "plan"])["visitor_id"].nunique()
+    rows = [(tuple(r["dimensions"]), r["metrics"][0]) for r in answer["results"]]
+    assert dict(rows) == {k: int(v) for k, v in truth.items()}
+    assert [k for k, _ in rows] == sorted(sorted(truth.index, key=lambda k: k[1], reverse=True), key=lambda k: k[0])
+
+    got = results(ask(api, docs_example("utm")))
+    assert got == {
+        ("(none)", "(none)"): [raw["visitor_id"].nunique(), int(counted.sum()), int((raw["type"] == "pageview").sum())]
+    }
+
+    answer = ask(api, docs_example("time-labels")).json()
+    hour = pd.to_datetime(raw["event_time"], unit="ms")
+    on_day = raw[hour.dt.date == dt.date(2026, 3, 2)]
+    truth = on_day.groupby(hour[on_day.index].dt.strftime("%Y-%m-%d %H:00:00"))["visitor_id"].nunique()
+    assert {r["dimensions"][0]: r["metrics"][0] for r in answer["results"]} == pytest.approx(dict(truth), rel=0.05)
+    assert len(answer["meta"]["time_labels"]) == 24 and answer["meta"]["time_labels"][0] == "2026-03-02 00:00:00"
+
+    got = results(ask(api, docs_example("filtering-case-insensitive")))
+    assert got == {(): [raw.loc[raw["path"].str.lower().str.contains("blog"), "visitor_id"].nunique()]}
+
+    answer = ask(api, docs_example("pagination")).json()
+    frame = raw.assign(source=raw["source"].fillna("(none)"))
+    grouped = frame.groupby(["source", "device"])
+    full = sorted(
+        (
+            (k, [int(v), int(counted[g.index].sum()), int((g["type"] == "pageview").sum())])
+            for (k, v), (_, g) in zip(grouped["visitor_id"].nunique().items(), grouped, strict=True)
+        ),
+        key=lambda kv: kv[0],
+    )
+    full.sort(key=lambda kv: kv[1][0], reverse=True)  # visitors descending, ties by the dimensions
+    assert answer["meta"]["total_rows"] == len(full)
+    assert [(tuple(r["dimensions"]), r["metrics"]) for r in answer["results"]] == full[1:4]
+
+
+@pytest.mark.parametrize(
+    ("example", "part", "message"),
+    [
+        (  # country-and-city-query.json: Tally has no country or city names (yet)
+            {
+                "metrics": ["visitors", "pageviews", "bounce_rate"],
+                "filters": [["is_not", "visit:country_name", [""]]],
+                "dimensions": ["visit:country_name", "visit:city_name"],
+            },
+            "dimensions",
+            "dimension 'visit:country_name' is not supported",
+        ),
+        (  # behavioral-filters-query.json
+            {
+                "metrics": ["visitors"],
+                "date_range": "all",
+                "filters": [["is", "event:goal", ["Signup"]], ["has_done", ["is", "event:page", ["/pricing"]]]],
+            },
+            "filters[1]",
+            "filter operator 'has_done' is not supported",
+        ),
+        (  # filtering-basics-query.json
+            {
+                "metrics": ["visitors"],
+                "filters": [
+                    ["contains", "event:page", ["/docs", "/pricing"]],
+                    ["is", "visit:country_name", ["Estonia", "United States of America"]],
+                ],
+            },
+            "filters[1]",
+            "dimension 'visit:country_name' is not supported in filters",
+        ),
+    ],
+)
+def test_plausible_docs_examples_tally_cannot_answer_name_the_part(
+    api: dict[str, Any], example: dict[str, Any], part: str, message: str
+) -> None:
+    answer = ask(api, example)
+    assert answer.status_code == 400 and message in answer.json()["error"], answer.text
+    assert answer.json()["part"] == part
 
 
 @pytest.mark.parametrize(

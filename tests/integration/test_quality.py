@@ -201,6 +201,8 @@ def test_a_clean_range_passes_the_audit_and_every_suite(
     assert results["success"].all() and set(results["table_name"]) == set(CHECKED_TABLES)
     audits = read_audits(iso)
     assert audits["success"].all() and set(audits["check"]) == {"kafka = raw", "raw = views", "sketches"}
+    props = audits[audits["subject"] == "agg.props_1d"]
+    assert set(props["partition_date"]) == {DAY1, DAY2} and (props["actual"] > 0).all(), "custom events were counted"
 
 
 def test_a_late_event_outside_the_watermark_is_named_with_the_backfill_that_fixes_it(
@@ -276,3 +278,30 @@ def test_a_corrupted_aggregate_is_named_by_table_and_a_negative_count_fails_its_
     assert failed[0].actual == (failed[0].expected or 0) + 7 * edited["num_updated_rows"]
     (outcome,) = run_checks(iso, dates=[DAY1], tables=["agg.traffic_1h"]).outcomes
     assert [r.check for r in outcome.failed] == ["pageviews >= 0"]
+
+
+def test_a_props_row_no_counted_event_carried_is_named_by_the_audit_and_a_key_past_ingests_bound_fails_the_suite(
+    stocked: dict[str, Any], copy_of: Any
+) -> None:
+    iso = copy_of(stocked["clean"])
+    uri = iso.table_uri("agg.props_1d")
+    first = DeltaTable(uri).to_pyarrow_dataset().to_table(filter=pc.field("event_date") == DAY1).slice(0, 1)
+    assert first.num_rows == 1, "the synthetic custom events carry properties"
+
+    def edited(column: str, text: str) -> pa.Table:
+        index = first.schema.get_field_index(column)
+        return first.set_column(index, column, pa.array([text], type=first.schema.field(column).type))
+
+    # A value only a bot sent (the view must not count it) and a key longer than ingest lets through.
+    write_deltalake(uri, pa.concat_tables([edited("value", "bot-plan"), edited("key", "k" * 65)]), mode="append")
+    failed = _failed(audit(iso, start=DAY1, end=DAY2))
+    assert {(f.subject, f.name, f.date) for f in failed} == {
+        ("agg.props_1d", "property events", DAY1),
+        ("agg.props_1d", "property rows not in raw", DAY1),
+    }
+    extra = next(f for f in failed if f.name == "property rows not in raw")
+    assert extra.actual == 2 and "bot-plan" in extra.message and extra.hint
+    (outcome,) = run_checks(iso, dates=[DAY1], tables=["agg.props_1d"]).outcomes
+    assert [r.check for r in outcome.failed] == ["key_length in [1, 64]"]
+    flagged = {(q.table, q.partition_date, q.checker) for q in quarantined(iso)}
+    assert flagged == {("agg.props_1d", DAY1, "audit"), ("agg.props_1d", DAY1, "suite")}

@@ -14,7 +14,7 @@ from ops.quality_commands import add_audit_arguments, add_check_arguments, run_a
 from quality.contracts import CHECKED_TABLES, contracts
 from tally.dimensions import TRAFFIC_DIMENSION_NAMES, TRAFFIC_DIMENSIONS, VISIT_DIMENSION_NAMES, VISIT_DIMENSIONS
 from tally.settings import QualitySettings, Settings, load_settings
-from tally.tables import ALL_VIEWS
+from tally.tables import ALL_VIEWS, BACKFILL_VIEWS
 
 TODAY = dt.datetime.now(dt.UTC).date()
 
@@ -61,6 +61,11 @@ def test_every_view_and_both_raw_tables_have_a_contract_with_the_views_own_keys(
     for spec in ALL_VIEWS:
         assert every[spec.table].keys == spec.keys, spec.table
         assert every[spec.table].partition_by == spec.partition_by
+
+
+def test_every_view_a_backfill_writes_has_a_contract_so_the_backfill_checks_it() -> None:
+    assert {spec.table for spec in BACKFILL_VIEWS} <= set(CHECKED_TABLES)
+    assert "agg.props_1d" in CHECKED_TABLES
 
 
 def test_the_dimension_lists_match_the_views() -> None:

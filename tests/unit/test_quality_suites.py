@@ -9,7 +9,15 @@ import great_expectations as gx
 import pandas as pd
 import pytest
 
-from quality.contracts import CHECKED_TABLES, Contract, contracts
+from quality.contracts import (
+    CHECKED_TABLES,
+    FORMULA_PREFIXES,
+    MAX_EVENT_NAME,
+    MAX_PROP_KEY,
+    MAX_PROP_VALUE,
+    Contract,
+    contracts,
+)
 from quality.suites import SuiteRunner, build_freshness_suite, build_suite, schema_result
 from tally.settings import QualitySettings
 
@@ -152,6 +160,21 @@ DEFECTS: list[tuple[str, str, Mutation, str]] = [
     ("agg.visits_1d", "more bounces than visits", _set("bounces", 5), "visits >= bounces"),
     ("agg.visits_1d", "a lost column", lambda f: f.drop(columns="bounces", inplace=True), "columns"),
     ("agg.late_events", "a negative late count", _set("late_rows", -1), "late_rows >= 0"),
+    ("agg.props_1d", "a row of no event", _set("events", 0), "events >= 1"),
+    ("agg.props_1d", "a missing key", _set("key", None), "key not null"),
+    ("agg.props_1d", "a missing sketch", _set("visitors_sketch", None), "visitors_sketch not null"),
+    ("agg.props_1d", "a doubled key", _copy_first_row, "site_id, window_start, name, key, value unique"),
+    (
+        "agg.props_1d",
+        "a window of an hour",
+        _shift("window_end", -23 * 60 * MINUTE),
+        "window_seconds in [86400, 86400]",
+    ),
+    ("agg.props_1d", "an empty key", _set("key", ""), "key_length in [1, 64]"),
+    ("agg.props_1d", "a key ingest refuses", _set("key", "k" * 65), "key_length in [1, 64]"),
+    ("agg.props_1d", "a value ingest refuses", _set("value", "v" * 257), "value_length in [0, 256]"),
+    ("agg.props_1d", "a quoted value still too long", _set("value", "'=" + "v" * 256), "value_length in [0, 256]"),
+    ("agg.props_1d", "a name ingest refuses", _set("name", "n" * 257), "name_length in [1, 256]"),
 ]
 
 
@@ -209,3 +232,24 @@ def test_column_types_are_checked_against_the_delta_schema() -> None:
     result = schema_result(contract, DAY, types)
     assert not result.success and "pageviews" in result.observed and "extra_column" not in result.observed
     assert schema_result(contract, DAY, dict(contract.columns)).success
+
+
+def test_property_texts_may_reach_ingests_bounds_and_a_quote_before_a_formula_is_not_counted(
+    runner: SuiteRunner,
+) -> None:
+    frame = well_formed(CONTRACTS["agg.props_1d"])
+    frame["name"] = ["n" * 256, "'=" + "n" * 255, "(none)"]
+    frame["key"] = ["k" * 64, "'+" + "k" * 63, "k"]
+    frame["value"] = ["v" * 256, "'@" + "v" * 255, ""]
+    assert _failed(runner, "agg.props_1d", frame) == []
+
+
+def test_the_property_bounds_are_the_ones_ingest_enforces() -> None:
+    from ingest import beacon
+
+    assert (MAX_PROP_KEY, MAX_PROP_VALUE, FORMULA_PREFIXES) == (
+        beacon.MAX_PROP_KEY,
+        beacon.MAX_PROP_VALUE,
+        beacon.FORMULA_PREFIXES,
+    )
+    assert MAX_EVENT_NAME == beacon.MAX_PROP_VALUE  # `n` is bounded like a property value

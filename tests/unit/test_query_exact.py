@@ -197,8 +197,8 @@ def test_two_dimensions_count_each_pair_of_values_exactly() -> None:
     ],
 )
 def test_every_filter_operator_keeps_exactly_the_events_it_names(filters: list[Any], pick: Callable[..., bool]) -> None:
-    answer = ask({"metrics": ["visitors", "pageviews"], "dimensions": ["event:page"], "filters": filters})
-    assert table(answer) == counted(pick, lambda e: (e["path"],))
+    body = {"metrics": ["visitors", "pageviews"], "dimensions": ["event:page", "visit:device"], "filters": filters}
+    assert table(ask(body)) == counted(pick, lambda e: (e["path"], e["device"]))
 
 
 def test_goals_and_their_conversion_rates_divide_converted_by_all_visitors() -> None:
@@ -240,7 +240,7 @@ def test_custom_properties_break_down_by_value_with_none_for_events_without_it()
         {
             "metrics": ["visitors", "events"],
             "dimensions": ["event:props:plan"],
-            "filters": [["is", "event:name", ["signup"]]],
+            "filters": [["is", "event:name", ["signup"]], ["is_not", "event:page", ["/nowhere"]]],
         }
     )
     events: Counter[str] = Counter(e["props"]["plan"] for e in LIVE if e.get("name") == "signup")
@@ -301,7 +301,7 @@ def test_a_comparison_gives_each_row_the_earlier_figures_and_the_change() -> Non
             "metrics": ["pageviews"],
             "dimensions": ["event:page"],
             "date_range": [halfway.isoformat(), (halfway + dt.timedelta(days=14)).isoformat()],
-            "filters": [["is_not", "event:page", ["/nowhere"]]],
+            "filters": [["is_not", "visit:device", ["toaster"]]],
             "include": {"compare": "previous_period"},
         }
     )
@@ -350,3 +350,43 @@ def test_values_that_look_like_sql_are_only_ever_values() -> None:
         }
     )
     assert answer.results == []
+
+
+@pytest.mark.parametrize(
+    ("body", "fits"),
+    [
+        ({"metrics": ["visitors", "events"], "dimensions": ["event:props:plan"]}, True),
+        (
+            {"metrics": ["events"], "dimensions": ["event:props:plan"], "filters": [["is", "event:name", ["signup"]]]},
+            True,
+        ),
+        ({"metrics": ["events"], "dimensions": ["event:props:plan"], "filters": [["is", "event:page", ["/"]]]}, False),
+        (
+            {"metrics": ["events"], "dimensions": ["event:props:plan"], "filters": [["contains", "event:name", ["s"]]]},
+            False,
+        ),
+        ({"metrics": ["pageviews"], "dimensions": ["event:props:plan"]}, False),
+        ({"metrics": ["visitors"], "dimensions": ["event:page"]}, True),
+        ({"metrics": ["visitors"], "dimensions": ["event:page"], "filters": [["is", "visit:country", ["DE"]]]}, False),
+        (
+            {"metrics": ["visitors"], "dimensions": ["event:page"], "filters": [["contains", "event:page", ["/b"]]]},
+            True,
+        ),
+        ({"metrics": ["percentage"], "dimensions": ["event:page"], "filters": [["is", "event:page", ["/"]]]}, False),
+        (
+            {
+                "metrics": ["visits"],
+                "dimensions": ["visit:source"],
+                "filters": [["not", ["is", "visit:source", ["(none)"]]]],
+            },
+            True,
+        ),
+        ({"metrics": ["visitors"], "dimensions": ["time:week"]}, False),
+        ({"metrics": ["views_per_visit"], "dimensions": ["visit:source"]}, False),
+        ({"metrics": ["bounce_rate"], "dimensions": ["event:page"]}, False),
+        ({"metrics": ["visitors"], "date_range": "24h"}, False),
+    ],
+)
+def test_a_query_goes_to_the_aggregates_only_when_they_hold_its_answer(body: dict[str, Any], fits: bool) -> None:
+    query = parse_query({"site_id": SITE, "date_range": "7d", **body}, today=TODAY)
+    assert fits_aggregates(query) is fits
