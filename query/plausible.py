@@ -95,19 +95,26 @@ def parse_date_range(value: Any, *, today: dt.date) -> tuple[dt.date, dt.date]:
 
 
 def parse_time_range(value: Any, *, now: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
-    """``24h`` or a pair of ISO date-times as a half-open UTC interval; None for a range of whole days."""
+    """``24h`` or a pair of ISO date-times (``2024-01-01 12:00:00`` or ``…T12:00:00Z``) as a half-open
+    UTC interval; the second is inclusive to the second, as in Plausible's docs (``…15:59:59``).
+    None for a range of whole days."""
     if value == "24h":
         return now - dt.timedelta(hours=24), now
-    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) and "T" in v for v in value)):
-        if isinstance(value, list) and any(isinstance(v, str) and "T" in v for v in value):
+    if not (isinstance(value, list) and len(value) == 2 and all(_is_instant(v) for v in value)):
+        if isinstance(value, list) and any(_is_instant(v) for v in value):
             raise QueryError("date_range", "date_range is two dates or two date-times, not one of each")
         return None
     first, last = (_instant(v, f"date_range[{i}]") for i, v in enumerate(value))
+    last += dt.timedelta(seconds=1) if last.microsecond == 0 else dt.timedelta(microseconds=1)
     if last <= first:
         raise QueryError("date_range", "date_range ends before it starts")
     if (last - first).days >= MAX_RANGE_DAYS:
         raise QueryError("date_range", f"date_range may span at most {MAX_RANGE_DAYS} days")
     return first, last
+
+
+def _is_instant(value: Any) -> bool:
+    return isinstance(value, str) and len(value) > 10 and value[10] in "T "
 
 
 def _instant(value: str, where: str) -> dt.datetime:

@@ -329,7 +329,7 @@ def test_a_date_time_range_counts_only_the_events_inside_it() -> None:
     inside = [
         e
         for e in LIVE
-        if e["type"] == "pageview" and first.timestamp() * 1000 <= e["event_time"] < last.timestamp() * 1000
+        if e["type"] == "pageview" and first.timestamp() * 1000 <= e["event_time"] < last.timestamp() * 1000 + 1000
     ]
     assert answer.results[0]["metrics"] == [len(inside)]
     assert answer.meta["source"] == "raw"

@@ -121,9 +121,16 @@ def test_comparisons_and_date_time_ranges_are_read_as_plausible_defines_them() -
     assert query.compare == (dt.date(2026, 11, 12), dt.date(2026, 11, 18))
     query = parse_query(body(date_range="month", include={"compare": "year_over_year"}), today=TODAY)
     assert query.compare == (dt.date(2025, 11, 1), dt.date(2025, 11, 25))
-    query = parse_query(body(date_range=["2026-11-24T12:00:00Z", "2026-11-25T06:00:00+00:00"]), today=TODAY)
+    query = parse_query(body(date_range=["2026-11-24T12:00:00Z", "2026-11-25T05:59:59+00:00"]), today=TODAY)
     assert (query.start, query.end) == (dt.date(2026, 11, 24), dt.date(2026, 11, 25))
     assert query.between is not None and query.between[1] - query.between[0] == dt.timedelta(hours=18)
+    query = parse_query(
+        body(date_range=["2024-01-01 12:00:00", "2024-01-01 15:59:59"]), today=TODAY
+    )  # Plausible's docs
+    assert query.between == (
+        dt.datetime(2024, 1, 1, 12, tzinfo=dt.UTC),
+        dt.datetime(2024, 1, 1, 16, tzinfo=dt.UTC),
+    ), "the last second is inside the range"
     now = dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC)
     query = parse_query(body(date_range="24h"), today=TODAY, now=now)
     assert query.between == (now - dt.timedelta(hours=24), now)
