@@ -23,6 +23,7 @@ from query.engine import run
 from query.plausible import parse_query
 from query.sources import Sources
 from query.spec import Query, QueryError
+from tally.annotations import AnnotationError, add_annotation, annotations_for, load_annotations
 from tally.log import kv
 from tally.settings import Settings, SiteSettings
 
@@ -112,11 +113,53 @@ class Answering:
             answer = run(query, self.sources)
         except QueryError as e:
             raise Refused(400, str(e), part=e.part) from e
+        if any(name.startswith("time") for name in query.dimensions):  # notes on the days of a time series
+            notes = annotations_for(self.settings, query.site_id, query.start, query.end)
+            answer.meta["annotations"] = [{"date": a.day.isoformat(), "text": a.text} for a in notes]
         log.info(
             "query answered",
             extra=kv(key=key.key_id, site=query.site_id, rows=len(answer.results), source=answer.meta["source"]),
         )
         return {"results": answer.results, "meta": answer.meta, "query": echo(query, body)}
+
+    def annotations(self, key: ApiKey, site_id: str) -> list[dict[str, str]]:
+        """The annotations of a site the key may read (403 otherwise)."""
+        self._may_read(key, site_id)
+        return [
+            {k: v for k, v in a.to_json().items() if k != "author"}
+            for a in load_annotations(self.settings)
+            if a.site_id == site_id
+        ]
+
+    def annotate(self, key: ApiKey, body: Any) -> dict[str, str]:
+        """Add an annotation ``{"site_id", "date", "text"}`` to a site the key may read."""
+        if not isinstance(body, dict) or set(body) != {"site_id", "date", "text"}:
+            raise Refused(400, 'an annotation is {"site_id": …, "date": "YYYY-MM-DD", "text": …}', part="body")
+        if not all(isinstance(body[k], str) for k in body):
+            raise Refused(400, "site_id, date and text are strings", part="body")
+        self._may_read(key, body["site_id"])
+        try:
+            day = dt.date.fromisoformat(body["date"])
+        except ValueError as e:
+            raise Refused(400, f"date {body['date']!r} is not YYYY-MM-DD", part="date") from e
+        try:
+            note = add_annotation(
+                self.settings,
+                site_id=body["site_id"],
+                day=day,
+                text=body["text"],
+                author=f"api key {key.key_id}",
+                now=dt.datetime.now(dt.UTC),
+            )
+        except AnnotationError as e:
+            raise Refused(400, str(e), part="text") from e
+        return {k: v for k, v in note.to_json().items() if k != "author"}
+
+    def _may_read(self, key: ApiKey, site_id: str) -> None:
+        if not key.may_read(site_id):
+            raise Refused(403, f"this API key may not read site {site_id!r}")
+        if self.settings.site(site_id) is None:
+            raise Refused(400, f"site {site_id!r} is not configured in Tally")
 
     def readable_sites(self, key: ApiKey) -> list[SiteSettings]:
         """The configured sites this key may read, in the configuration's order."""

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api.answering import Answering, Refused
+from api.keys import ApiKey
 from api.openapi import openapi_spec
 from tally.log import kv
 from tally.settings import Settings, load_settings
@@ -39,8 +40,7 @@ def error(status: int, message: str, **fields: str) -> JSONResponse:
 async def query_endpoint(request: Request) -> Response:
     """``POST /api/v2/query``: the gate and the answer are :class:`api.answering.Answering`'s; here only HTTP."""
     answering: Answering = request.app.state.answering
-    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-    key = answering.authenticate(presented) if scheme.lower() == "bearer" else None
+    key = _bearer(request, answering)
     if key is None:
         return error(401, "missing or invalid API key: send 'Authorization: Bearer <key>' (tally apikey create)")
     try:
@@ -54,8 +54,41 @@ async def query_endpoint(request: Request) -> Response:
             return error(400, "the request body is not valid JSON")
         return JSONResponse(await run_in_threadpool(answering.answer, key, parsed))
     except Refused as refused:
-        headers = {"Retry-After": str(refused.retry_after)} if refused.retry_after else None
-        return JSONResponse(refused.fields(), status_code=refused.status, headers=headers)
+        return _refusal(refused)
+
+
+async def annotations_endpoint(request: Request) -> Response:
+    """``GET /api/v1/annotations?site_id=…`` lists a site's annotations; ``POST`` adds one
+    (``{"site_id", "date", "text"}``) to a site the key may read."""
+    answering: Answering = request.app.state.answering
+    key = _bearer(request, answering)
+    if key is None:
+        return error(401, "missing or invalid API key: send 'Authorization: Bearer <key>' (tally apikey create)")
+    try:
+        answering.admit(key)
+        if request.method == "GET":
+            site_id = request.query_params.get("site_id", "")
+            return JSONResponse({"annotations": await run_in_threadpool(answering.annotations, key, site_id)})
+        body = await _read_body(request, answering.settings.api.max_body_bytes)
+        if body is None:
+            raise answering.body_too_large()
+        try:
+            parsed = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return error(400, "the request body is not valid JSON")
+        return JSONResponse(await run_in_threadpool(answering.annotate, key, parsed), status_code=201)
+    except Refused as refused:
+        return _refusal(refused)
+
+
+def _bearer(request: Request, answering: Answering) -> ApiKey | None:
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    return answering.authenticate(presented) if scheme.lower() == "bearer" else None
+
+
+def _refusal(refused: Refused) -> JSONResponse:
+    headers = {"Retry-After": str(refused.retry_after)} if refused.retry_after else None
+    return JSONResponse(refused.fields(), status_code=refused.status, headers=headers)
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
@@ -91,6 +124,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     app = Starlette(
         routes=[
             Route("/api/v2/query", query_endpoint, methods=["POST"]),
+            Route("/api/v1/annotations", annotations_endpoint, methods=["GET", "POST"]),
             Route("/openapi.json", openapi_endpoint, methods=["GET"]),
             Route("/healthz", health_endpoint, methods=["GET"]),
         ],

@@ -6,6 +6,7 @@ from typing import Any
 
 from query.plausible import RANGE_SHORTCUTS
 from query.spec import COMPARISONS, DIMENSIONS, MAX_LIMIT, MAX_PROP_KEY, METRICS, PROPS_PREFIX
+from tally.annotations import MAX_TEXT
 
 _FILTER: dict[str, Any] = {
     "type": "array",
@@ -20,6 +21,18 @@ _DIMENSION: dict[str, Any] = {
         {"type": "string", "enum": list(DIMENSIONS)},
         {"type": "string", "pattern": f"^{PROPS_PREFIX}.{{1,{MAX_PROP_KEY}}}$", "description": "a custom property"},
     ]
+}
+
+
+_ANNOTATION: dict[str, Any] = {
+    "type": "object",
+    "required": ["site_id", "date", "text"],
+    "properties": {
+        "site_id": {"type": "string"},
+        "date": {"type": "string", "format": "date"},
+        "text": {"type": "string", "maxLength": MAX_TEXT},
+    },
+    "additionalProperties": False,
 }
 
 
@@ -121,6 +134,31 @@ def openapi_spec() -> dict[str, Any]:
                         "429": _error("Over the key's hourly limit; see Retry-After"),
                     },
                 }
-            }
+            },
+            "/api/v1/annotations": {
+                "get": {
+                    "summary": "The annotations of a site the key may read",
+                    "parameters": [{"name": "site_id", "in": "query", "required": True, "schema": {"type": "string"}}],
+                    "responses": {
+                        "200": {"description": "The site's annotations"},
+                        "400": _error("An unknown site"),
+                        "401": _error("No API key, or an unknown or revoked one"),
+                        "403": _error("The key may not read this site"),
+                        "429": _error("Over the key's hourly limit; see Retry-After"),
+                    },
+                },
+                "post": {
+                    "summary": "Add an annotation to a site's day (shown on its time series)",
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": _ANNOTATION}}},
+                    "responses": {
+                        "201": {"description": "The annotation made"},
+                        "400": _error("Not a site's day with a short text; `part` names the field"),
+                        "401": _error("No API key, or an unknown or revoked one"),
+                        "403": _error("The key may not read this site"),
+                        "413": _error("The body is too large"),
+                        "429": _error("Over the key's hourly limit; see Retry-After"),
+                    },
+                },
+            },
         },
     }

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from ingest.beacon import Beacon, neutralise_formula
 from ingest.event_record import EventRecord
-from ingest.geo import country_of
+from ingest.geo import location_of
 from ingest.referrers import known_referrer
 from ingest.urls import (
     CLICK_ID_PARAMS,
@@ -118,17 +118,18 @@ def classify_referrer(referrer: str | None, page_host: str, query: dict[str, str
 
 
 class Client:
-    """The sender of requests: UA, country and hashes worked out once for all its events.
+    """The sender of requests: UA, location and hashes worked out once for all its events.
 
     Shared by its requests (see :func:`client_of`); the IP goes no further.
     """
 
-    __slots__ = ("_ip", "_salt", "_user_agent", "_visitor_ids", "agent", "client_hash", "country")
+    __slots__ = ("_ip", "_salt", "_user_agent", "_visitor_ids", "agent", "city", "client_hash", "country", "region")
 
     def __init__(self, client_ip: str, user_agent: str, salt: bytes) -> None:
         self._ip, self._user_agent, self._salt = client_ip, user_agent, salt
         self.agent = parse_agent(user_agent)
-        self.country = country_of(client_ip)
+        location = location_of(client_ip)
+        self.country, self.region, self.city = location.country, location.region, location.city
         self.client_hash = client_hash(salt, client_ip)
         self._visitor_ids: dict[str, str] = {}
 
@@ -213,6 +214,8 @@ def event_record(
         agent.device,  # device
         agent.is_bot,  # is_bot
         client.country,  # country
+        client.region,  # region
+        client.city,  # city
         acquisition.source,  # source
         acquisition.medium,  # medium
         acquisition.channel,  # channel

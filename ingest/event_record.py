@@ -43,6 +43,8 @@ class EventRecord(msgspec.Struct, gc=False):
     device: str | None
     is_bot: bool
     country: str | None
+    region: str | None
+    city: str | None
     source: str | None
     medium: str | None
     channel: str | None

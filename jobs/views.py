@@ -37,6 +37,8 @@ VIEW_FIELDS = (
     "device",
     "is_bot",
     "country",
+    "region",
+    "city",
     "source",
     "channel",
     "campaign",

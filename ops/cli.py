@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 
 from ops.access_commands import add_share_arguments, add_user_arguments, dashboard_login_line, run_share, run_user
+from ops.annotate_commands import add_annotate_arguments, run_annotate
 from ops.apikey_commands import add_apikey_arguments, run_apikey
 from ops.bootstrap import setup
 from ops.job_commands import add_backfill_arguments, cmd_backfill
@@ -230,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--rate", type=float, help="beacons per second (default: traffic.rate)")
     traffic.add_argument("--duration", type=float, default=0, help="seconds to run; 0 = until Ctrl-C")
     traffic.add_argument("--target", help="ingest base URL (default: the configured ingest)")
+    annotate = add("annotate", run_annotate, "Note something on a site's day; shown on the time series and in the API.")
+    add_annotate_arguments(annotate)
     apikey = add("apikey", run_apikey, "Create, list and revoke Stats API keys (stored hashed, scoped to sites).")
     add_apikey_arguments(apikey)
     add(

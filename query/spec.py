@@ -45,6 +45,8 @@ _AUDIENCE = {
     "visit:channel": "channel",
     "visit:utm_campaign": "campaign",
     "visit:country": "country",
+    "visit:region": "region",  # ISO 3166-2 (DE-BE); only with geo.city_db
+    "visit:city": "city",  # English name (Plausible's is a GeoNames id); only with geo.city_db
     "visit:device": "device",
     "visit:browser": "browser",
     "visit:os": "os",

@@ -14,7 +14,8 @@ NONE_VALUE = "(none)"  # a dimension with no value (direct traffic, unknown coun
 EVENT = "event"  # custom events by name (traffic views only)
 
 # Attributes a visit takes from its first event; each is also a traffic dimension of its own.
-AUDIENCE_DIMENSIONS = ("source", "channel", "campaign", "country", "browser", "os", "device")
+# Region and city are None unless the operator configured a city database (geo.city_db).
+AUDIENCE_DIMENSIONS = ("source", "channel", "campaign", "country", "region", "city", "browser", "os", "device")
 
 # Traffic views (agg.traffic_*): dimension name -> event column; plus ALL and EVENT (custom event names).
 TRAFFIC_DIMENSIONS: dict[str, str] = {"page": "path", **{name: name for name in AUDIENCE_DIMENSIONS}}

@@ -45,6 +45,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "device": ("STRING", "ingest"),
     "is_bot": ("BOOLEAN", "ingest"),
     "country": ("STRING", "ingest"),
+    "region": ("STRING", "ingest"),  # with geo.city_db only: ISO 3166-2 (DE-BE)
+    "city": ("STRING", "ingest"),  # with geo.city_db only: English name
     "source": ("STRING", "ingest"),
     "medium": ("STRING", "ingest"),
     "channel": ("STRING", "ingest"),
@@ -102,6 +104,8 @@ class PageViewEvent:
     device: str | None = None
     is_bot: bool = False
     country: str | None = None
+    region: str | None = None
+    city: str | None = None
     source: str | None = None
     medium: str | None = None
     channel: str | None = None

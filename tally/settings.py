@@ -218,6 +218,15 @@ class IngestSettings:
 
 
 @dataclass(frozen=True)
+class GeoSettings:
+    # A MaxMind DB city database (GeoLite2-City or dbip-city-lite .mmdb) the operator downloaded,
+    # under its licence. Set: ingest stores region and city too, from this file, for IPv4 and IPv6.
+    # Empty: the country only, from the database bundled with geoip2fast. Read by ingest only,
+    # which refuses to start when the file is missing.
+    city_db: str = ""
+
+
+@dataclass(frozen=True)
 class RateLimitSettings:
     client_pageviews_per_hour: int = 100
     site_events_per_second: float = 1000.0
@@ -329,6 +338,105 @@ class AlertSettings:
             raise SettingsError(f"alerts.lag_minutes: {self.lag_minutes} must be at least 1 (minutes)")
 
 
+NOTIFY_TLS = ("starttls", "ssl", "none")
+REPORT_PERIODS = ("weekly", "monthly")
+
+
+def _check_webhooks(key: str, urls: tuple[str, ...]) -> None:
+    for url in urls:
+        if not url.startswith(("https://", "http://")):
+            raise SettingsError(f"{key}: {url!r} is not an http(s) URL; write e.g. https://hooks.slack.com/services/…")
+
+
+@dataclass(frozen=True)
+class SmtpSettings:
+    """The mail server reports and alerts are sent through; the password comes from ``TALLY_SMTP_PASSWORD``."""
+
+    host: str = ""  # empty = no e-mail (webhooks only)
+    port: int = 587
+    username: str = ""  # empty = no login
+    sender: str = ""  # the From: address
+    tls: str = "starttls"  # starttls (port 587) | ssl (port 465) | none (a local relay only)
+    timeout_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.tls not in NOTIFY_TLS:
+            raise SettingsError(f"notify.smtp.tls: expected one of {', '.join(NOTIFY_TLS)}, got {self.tls!r}")
+        if not 0 < self.port <= 65535:
+            raise SettingsError(f"notify.smtp.port: {self.port} must be a port number")
+        if self.host and not self.sender:
+            raise SettingsError("notify.smtp.sender: set the From: address (e.g. tally@example.org) with smtp.host")
+
+
+@dataclass(frozen=True)
+class ReportSubscription:
+    """One scheduled report: a site's digest every week or month, to e-mail addresses and webhooks."""
+
+    site: str
+    period: str = "weekly"  # weekly (Monday to Sunday) | monthly (calendar month), UTC dates
+    emails: tuple[str, ...] = ()
+    webhooks: tuple[str, ...] = ()  # Slack-compatible incoming webhooks, or any endpoint taking JSON
+
+    def __post_init__(self) -> None:
+        key = f"notify.reports ({self.site})"
+        if self.period not in REPORT_PERIODS:
+            raise SettingsError(f"{key}.period: expected weekly or monthly, got {self.period!r}")
+        if not self.emails and not self.webhooks:
+            raise SettingsError(f"{key}: list at least one of emails or webhooks")
+        _check_webhooks(f"{key}.webhooks", self.webhooks)
+
+
+@dataclass(frozen=True)
+class AlertRuleSettings:
+    """The alert rules of ``tally alerts check`` (docs/REPORTS-AND-ALERTS.md states each one)."""
+
+    sites: tuple[str, ...] = ()  # empty = every configured site
+    emails: tuple[str, ...] = ()  # no e-mail and no webhook: alerts are off
+    webhooks: tuple[str, ...] = ()
+    quiet_minutes: int = 60  # after an alert, the same site and rule stay quiet this long
+    pageviews_per_hour_above: int = 0  # the last full hour above this: an alert; 0 = off
+    pageviews_per_hour_below: int = 0  # below this: an alert; 0 = off
+    usual_factor: float = 5.0  # far from usual: |hour - median| > factor x spread; 0 = off
+    usual_history_days: int = 28  # the same hour of day over this many days is "usual"
+    usual_min_days: int = 7  # fewer days of history: no usual-level or tracking-stopped rule
+    tracking_stopped_minutes: int = 60  # no page view this long while some are expected; 0 = off
+    deadletter_window_minutes: int = 15
+    deadletter_min_count: int = 50  # dead letters in the window needed for a surge; 0 = off
+    deadletter_factor: float = 5.0  # and this many times the window's average over the previous day
+
+    def __post_init__(self) -> None:
+        _check_webhooks("notify.alerts.webhooks", self.webhooks)
+        if self.quiet_minutes < 0:
+            raise SettingsError(f"notify.alerts.quiet_minutes: {self.quiet_minutes} must be 0 or more")
+        if not 1 <= self.usual_min_days <= self.usual_history_days:
+            raise SettingsError(
+                f"notify.alerts.usual_min_days: {self.usual_min_days} must be between 1 and "
+                f"notify.alerts.usual_history_days ({self.usual_history_days})"
+            )
+        if self.deadletter_window_minutes < 1:
+            raise SettingsError(
+                f"notify.alerts.deadletter_window_minutes: {self.deadletter_window_minutes} must be at least 1"
+            )
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    """Scheduled reports and alerts by e-mail and webhook (``tally report send``, ``tally alerts check``)."""
+
+    smtp: SmtpSettings = field(default_factory=SmtpSettings)
+    attempts: int = 3  # tries per delivery in one run, then it is recorded as failed
+    retry_seconds: float = 5.0  # wait before the second try, doubled before each further one
+    reports: tuple[ReportSubscription, ...] = ()
+    alerts: AlertRuleSettings = field(default_factory=AlertRuleSettings)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.attempts <= 10:
+            raise SettingsError(f"notify.attempts: {self.attempts} must be between 1 and 10")
+        emails = [r.site for r in self.reports if r.emails] + (["alerts"] if self.alerts.emails else [])
+        if emails and not self.smtp.host:
+            raise SettingsError(f"notify.smtp.host: e-mail is listed ({emails[0]}) but no SMTP server is set")
+
+
 @dataclass(frozen=True)
 class SiteSettings:
     site_id: str
@@ -364,6 +472,7 @@ class Settings:
     spark: SparkSettings = field(default_factory=SparkSettings)
     warehouse: WarehouseSettings = field(default_factory=WarehouseSettings)
     ingest: IngestSettings = field(default_factory=IngestSettings)
+    geo: GeoSettings = field(default_factory=GeoSettings)
     ratelimit: RateLimitSettings = field(default_factory=RateLimitSettings)
     archiver: ArchiverSettings = field(default_factory=ArchiverSettings)
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
@@ -371,6 +480,7 @@ class Settings:
     quality: QualitySettings = field(default_factory=QualitySettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
+    notify: NotifySettings = field(default_factory=NotifySettings)
     sites: tuple[SiteSettings, ...] = ()
     schedule: tuple[ScheduledJob, ...] = ()
 

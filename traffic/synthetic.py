@@ -29,6 +29,9 @@ EVENT_NAMES = np.array(["signup", "download", "outbound"])
 # Custom events carry a property, taken from the visitor (no extra draws, so every other column
 # stays as it was for a given seed): the plan a visitor signs up for or downloads in.
 PLANS = ("free", "pro", "team")
+# Region and city (what ingest stores with geo.city_db) follow the country, again with no extra draws.
+REGIONS = {"US": "US-CA", "DE": "DE-BE", "FR": "FR-IDF", "GB": "GB-ENG", "IN": "IN-MH", "BR": "BR-SP", "JP": "JP-13"}
+CITIES = {"US": "San Francisco", "DE": "Berlin", "FR": "Paris", "GB": "London", "IN": "Mumbai", "BR": "São Paulo"}
 
 
 def _pick(rng: np.random.Generator, values: np.ndarray, n: int, skew: float = 1.3) -> np.ndarray:
@@ -136,6 +139,8 @@ def synthetic_events(
         "device": device,
         "is_bot": bots[visitor],
         "country": nullable(country),
+        "region": [REGIONS.get(c) for c in country.tolist()],
+        "city": [CITIES.get(c) for c in country.tolist()],
         "source": nullable(sources),
         "medium": None,
         "channel": CHANNELS[source_idx],

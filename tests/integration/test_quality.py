@@ -79,6 +79,11 @@ def _late_event(template: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _as_sent(row: dict[str, Any]) -> dict[str, Any]:
+    """An event as ingest sends it to Kafka: props as a JSON object (synthetic rows hold Arrow's (key, value) pairs)."""
+    return {**row, "props": dict(row["props"] or ())}
+
+
 def _read_back(settings: Settings) -> list[tuple[int, int, bytes]]:
     """(partition, offset, value) of every message in the isolated topic: where Kafka put each event."""
     topic = settings.kafka.pageviews_topic
@@ -136,7 +141,7 @@ def stocked(settings: Settings, kafka: str, spark: Any, tmp_path_factory: pytest
     iso = isolated_settings(settings, tmp_path_factory.mktemp("quality"))
     rows = synthetic_events(visits=120, start=START, span=dt.timedelta(hours=3), site_id=SITE, seed=5).to_pylist()
     late = _late_event(rows[0])
-    produce(iso, rows[:60] + rows[10:20] + rows[60:] + [late])  # ten browser retries
+    produce(iso, [_as_sent(r) for r in rows[:60] + rows[10:20] + rows[60:] + [late]])  # ten browser retries
     producer = Producer({"bootstrap.servers": iso.kafka.servers})
     producer.produce(iso.kafka.pageviews_topic, key=b"poison", value=b"not a v1 event")
     assert producer.flush(30) == 0
@@ -201,7 +206,7 @@ def test_a_clean_range_passes_the_audit_and_every_suite(
     assert results["success"].all() and set(results["table_name"]) == set(CHECKED_TABLES)
     audits = read_audits(iso)
     assert audits["success"].all() and set(audits["check"]) == {"kafka = raw", "raw = views", "sketches"}
-    props = audits[audits["subject"] == "agg.props_1d"]
+    props = audits[(audits["subject"] == "agg.props_1d") & audits["message"].str.startswith("property events:")]
     assert set(props["partition_date"]) == {DAY1, DAY2} and (props["actual"] > 0).all(), "custom events were counted"
 
 
