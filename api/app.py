@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -45,13 +46,7 @@ async def query_endpoint(request: Request) -> Response:
         return error(401, "missing or invalid API key: send 'Authorization: Bearer <key>' (tally apikey create)")
     try:
         answering.admit(key)
-        body = await _read_body(request, answering.settings.api.max_body_bytes)
-        if body is None:
-            raise answering.body_too_large()
-        try:
-            parsed = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return error(400, "the request body is not valid JSON")
+        parsed = await _json_body(request, answering)
         return JSONResponse(await run_in_threadpool(answering.answer, key, parsed))
     except Refused as refused:
         return _refusal(refused)
@@ -69,16 +64,21 @@ async def annotations_endpoint(request: Request) -> Response:
         if request.method == "GET":
             site_id = request.query_params.get("site_id", "")
             return JSONResponse({"annotations": await run_in_threadpool(answering.annotations, key, site_id)})
-        body = await _read_body(request, answering.settings.api.max_body_bytes)
-        if body is None:
-            raise answering.body_too_large()
-        try:
-            parsed = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return error(400, "the request body is not valid JSON")
+        parsed = await _json_body(request, answering)
         return JSONResponse(await run_in_threadpool(answering.annotate, key, parsed), status_code=201)
     except Refused as refused:
         return _refusal(refused)
+
+
+async def _json_body(request: Request, answering: Answering) -> Any:
+    """The decoded JSON body; :class:`Refused` 413 past ``api.max_body_bytes``, 400 for bad JSON."""
+    body = await _read_body(request, answering.settings.api.max_body_bytes)
+    if body is None:
+        raise answering.body_too_large()
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Refused(400, "the request body is not valid JSON") from e
 
 
 def _bearer(request: Request, answering: Answering) -> ApiKey | None:
