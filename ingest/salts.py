@@ -1,7 +1,8 @@
-"""Daily rotating salts for visitor ids. Yesterday's salt is deleted, so ids cannot be re-linked.
+"""Rotating salts for visitor ids. A period's salt is deleted when it ends, so ids cannot be re-linked.
 
-Salts are files under ``<home>/salts``, one per UTC day, shared by every ingest worker on the
-host. A salt file appears whole or not at all: it is written to a temporary file, fsync'd, then
+Salts are files under ``<home>/salts``, one per UTC day (and, for sites whose ``salt_period`` is a
+week or a month, one per ISO week or calendar month: :mod:`tally.salt_periods`), shared by every
+ingest worker on the host. A salt file appears whole or not at all: it is written to a temporary file, fsync'd, then
 linked into place (``os.link`` fails if the name exists, so the first writer wins and racing
 processes all read its salt). A salt shorter than :data:`MIN_SALT_BYTES` is never used: with an
 empty key, ``visitor_id = HMAC(salt, site|IP|UA)`` is computable by anyone. A short file left
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tally.log import kv
+from tally.salt_periods import period_key, same_kind
 
 DAY_MS = 86_400_000
 MIN_SALT_BYTES = 32
@@ -33,27 +35,29 @@ class BadSalt(RuntimeError):
 
 
 class SaltStore:
-    """Hands out today's salt (UTC day) and deletes older ones."""
+    """Hands out the current salt of a period (a UTC day by default) and deletes older ones of its kind."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._cache: tuple[int, bytes] | None = None  # (UTC day number, its salt); only a good one
+        # period -> (UTC day number, its salt); only a good one
+        self._cache: dict[str, tuple[int, bytes]] = {}
 
-    def salt_for(self, ts_ms: int) -> bytes:
-        """The salt of the UTC day containing ``ts_ms`` (server receive time)."""
+    def salt_for(self, ts_ms: int, period: str = "day") -> bytes:
+        """The salt of the period (``day``, ``week``, ``month``) containing ``ts_ms`` (server receive time)."""
         day_number = ts_ms // DAY_MS
-        if self._cache and self._cache[0] == day_number:
-            return self._cache[1]
-        day = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).date().isoformat()
-        salt = self._load_or_create(day)
+        cached = self._cache.get(period)
+        if cached and cached[0] == day_number:
+            return cached[1]
+        key = period_key(dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).date(), period)
+        salt = self._load_or_create(key)
         assert len(salt) >= MIN_SALT_BYTES, "a short salt must never be used, let alone cached"
-        self._cache = (day_number, salt)
-        self._delete_older_than(day)
+        self._cache[period] = (day_number, salt)
+        self._delete_older_than(key)
         return salt
 
-    def _load_or_create(self, day: str) -> bytes:
+    def _load_or_create(self, key: str) -> bytes:
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{day}.salt"
+        path = self.folder / f"{key}.salt"
         salt = _read(path)
         if salt is not None:
             return salt
@@ -67,15 +71,15 @@ class SaltStore:
                 size = path.stat().st_size
                 log.error("unusable salt file replaced", extra=kv(path=str(path), bytes=size, needed=MIN_SALT_BYTES))
                 path.unlink()
-            self._publish(path, day)
+            self._publish(path, key)
         salt = _read(path)
         if salt is None:
             raise BadSalt(f"{path} holds no usable salt right after it was written; check the disk under {self.folder}")
         return salt
 
-    def _publish(self, path: Path, day: str) -> None:
+    def _publish(self, path: Path, key: str) -> None:
         """Write a new salt beside ``path``, fsync it, and link it into place unless one is there already."""
-        temporary = self.folder / f"{day}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        temporary = self.folder / f"{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "w") as f:
@@ -98,9 +102,11 @@ class SaltStore:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _delete_older_than(self, day: str) -> None:
+    def _delete_older_than(self, key: str) -> None:
+        """Delete the salts (and leftover temporary files) of earlier periods of the same kind."""
         for old in [*self.folder.glob("*.salt"), *self.folder.glob("*.tmp")]:
-            if old.name.partition(".")[0] < day:
+            name = old.name.partition(".")[0]
+            if same_kind(name, key) and name < key:
                 old.unlink(missing_ok=True)
 
 

@@ -35,9 +35,6 @@ from query.spec import (
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.sketches import Estimate
 
-VISITORS_MEANING = (
-    "daily visitor ids: a visitor's id changes every UTC day, so someone who came on 3 days of the range counts 3 times"
-)
 PROPS_MEANING = (
     "from agg.props_1d: the custom events that carry the property (no (none) row); each day's "
     f"{MAX_KEYS_PER_DAY} most frequent keys, and per key its {MAX_VALUES_PER_KEY} most frequent values, "
@@ -54,6 +51,7 @@ class Sources(Protocol):
 
     def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report: ...
     def exact(self, site_id: str) -> ExactQuery | None: ...
+    def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -93,7 +91,7 @@ def run(query: Query, sources: Sources) -> Answer:
     rows = _ordered(rows, query)
     meta: dict[str, Any] = {"source": source, "metrics": {m: _metric_meta(m, rows, source) for m in query.metrics}}
     if "visitors" in query.metrics or "percentage" in query.metrics:
-        meta["visitors"] = VISITORS_MEANING
+        meta["visitors"] = sources.visitors_meaning(query.site_id, query.start, query.end)
     if source == "aggregates" and query.dimension is not None and query.dimension.name == "props":
         meta["props"] = PROPS_MEANING
     time_dims = [name for name in query.dimensions if name.startswith("time")]

@@ -15,6 +15,7 @@ from query.exact import ExactQuery
 from query.goals import Step
 from query.raw import RawQuery
 from query.report import Report
+from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
 from tally.storage import find_table
 from tally.tables import RAW_PAGEVIEWS
@@ -51,6 +52,11 @@ class Sources:
         site = next((s for s in self.settings.sites if s.site_id == site_id), None)
         goals = tuple(Step.parse(g) for g in site.goals) if site is not None else ()
         return ExactQuery(table.to_pyarrow_dataset(), site_id, session_gap_ms(self.settings), goals)
+
+    def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str:
+        """What "visitors" counts over the range, given the site's salt period (:mod:`tally.salt_periods`)."""
+        site = self.settings.site(site_id)
+        return visitors_meaning(site.salt_period if site else "day", start, end)
 
     def report(self, site_id: str, start: dt.date, end: dt.date, filters: Mapping[str, str]) -> Report:
         """The aggregate report without filters; with filters, raw events (exact; empty before any)."""

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from tally.salt_periods import SALT_PERIODS
 from tally.spans import parse_span
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -225,6 +226,14 @@ class GeoSettings:
     # which refuses to start when the file is missing.
     city_db: str = ""
 
+    @property
+    def city_db_path(self) -> Path | None:
+        """The city database file (a relative path is taken from the project root), or None for none."""
+        if not self.city_db:
+            return None
+        path = Path(self.city_db).expanduser()
+        return path if path.is_absolute() else PROJECT_ROOT / path
+
 
 @dataclass(frozen=True)
 class RateLimitSettings:
@@ -277,7 +286,9 @@ class DashboardSettings:
     users: tuple[DashboardUser, ...] = ()  # plus <home>/dashboard/users.yaml, managed by `tally user`
     secret_key: str = ""  # signs share links; empty = generated once into <home>/dashboard/secret.key
     share_link_days: int = 7  # default lifetime of `tally share create` links
-    session_minutes: int = 480  # a password login lasts this long, then the form asks again
+    session_minutes: int = 10080  # a password login lasts this long (7 days), then the form asks again
+    secure_cookie: bool = False  # mark the session cookie Secure even on http (TLS ends at a proxy elsewhere)
+    refresh_seconds: int = 10  # realtime, KPIs and chart of a range ending today refresh this often; 0 = off
     oidc: bool = False  # offer "Log in with <provider>" (st.login) when .streamlit/secrets.toml has [auth]
     # scrypt cost N of new password hashes: 2^17 needs 128 MiB and a few tenths of a second per
     # check. Keep the default; conf/test.yaml lowers it so that tests run fast.
@@ -290,6 +301,10 @@ class DashboardSettings:
                 f"dashboard.password_scrypt_n: {n} must be a power of two from 1024 to 262144; "
                 "leave it unset for the default 131072 (2^17)"
             )
+        if self.session_minutes < 1:
+            raise SettingsError(f"dashboard.session_minutes: {self.session_minutes} must be 1 or more (10080 = 7 days)")
+        if self.refresh_seconds < 0:
+            raise SettingsError(f"dashboard.refresh_seconds: {self.refresh_seconds} must be 0 (off) or more")
 
 
 @dataclass(frozen=True)
@@ -449,8 +464,14 @@ class SiteSettings:
     # Goals the Stats API's event:goal reports: "event:<name>" or "page:/path". None listed:
     # every custom event name is a goal.
     goals: tuple[str, ...] = ()
+    # How long visitor ids last (tally.salt_periods): day (default, most private), week or month.
+    salt_period: str = "day"
 
     def __post_init__(self) -> None:
+        if self.salt_period not in SALT_PERIODS:
+            raise SettingsError(
+                f"sites ({self.site_id}).salt_period: {self.salt_period!r} is not one of {', '.join(SALT_PERIODS)}"
+            )
         for goal in self.goals:
             kind, sep, value = goal.partition(":")
             if not sep or kind not in ("event", "page") or not value:

@@ -108,6 +108,8 @@ COLUMNS = {
     "channel": pa.string(),
     "campaign": pa.string(),
     "country": pa.string(),
+    "region": pa.string(),
+    "city": pa.string(),
     "browser": pa.string(),
     "os": pa.string(),
     "device": pa.string(),
@@ -136,6 +138,9 @@ class RawOnly:
 
     def exact(self, site_id: str) -> ExactQuery | None:
         return self.exact_query
+
+    def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str:
+        return "daily visitor ids"
 
 
 EVENTS = make_events()

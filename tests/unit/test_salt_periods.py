@@ -1,0 +1,74 @@
+"""Salt periods: a site's visitor ids last a day, a week or a month, and old salts are deleted on schedule."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from ingest.salts import DAY_MS, SaltStore
+from tally.salt_periods import period_key, period_of, visitors_meaning
+from tally.settings import SettingsError, SiteSettings
+
+MONDAY = dt.date(2026, 11, 23)
+
+
+def ms(day: dt.date, hour: int = 12) -> int:
+    return int(dt.datetime.combine(day, dt.time(hour), dt.UTC).timestamp() * 1000)
+
+
+def test_period_names_sort_in_time_and_name_their_kind() -> None:
+    assert period_key(MONDAY, "day") == "2026-11-23"
+    assert period_key(MONDAY, "week") == period_key(MONDAY + dt.timedelta(days=6), "week") == "week-2026-W48"
+    assert period_key(dt.date(2026, 12, 31), "week") == "week-2026-W53"
+    assert period_key(dt.date(2027, 1, 4), "week") == "week-2027-W01" > "week-2026-W53"
+    assert period_key(MONDAY, "month") == "month-2026-11"
+    assert period_of(dt.date(2026, 2, 10), "month") == (dt.date(2026, 2, 1), dt.date(2026, 2, 28))
+
+
+def test_a_weekly_salt_is_the_same_all_week_and_deleted_when_the_week_ends(tmp_path: Path) -> None:
+    store = SaltStore(tmp_path)
+    monday = store.salt_for(ms(MONDAY), "week")
+    assert SaltStore(tmp_path).salt_for(ms(MONDAY + dt.timedelta(days=2)), "week") == monday, "Wednesday: same id"
+    daily = store.salt_for(ms(MONDAY), "day")
+    assert daily != monday
+    assert {p.name for p in tmp_path.glob("*.salt")} == {"2026-11-23.salt", "week-2026-W48.salt"}
+    next_week = store.salt_for(ms(MONDAY + dt.timedelta(days=7)), "week")
+    assert next_week != monday
+    names = {p.name for p in tmp_path.glob("*.salt")}
+    assert "week-2026-W48.salt" not in names, "last week's salt is gone: ids cannot be linked across weeks"
+    assert "2026-11-23.salt" in names, "a weekly rotation does not touch the daily salts"
+    store.salt_for(ms(MONDAY + dt.timedelta(days=8)), "day")
+    assert "2026-11-23.salt" not in {p.name for p in tmp_path.glob("*.salt")}
+    assert "week-2026-W49.salt" in {p.name for p in tmp_path.glob("*.salt")}
+
+
+def test_a_monthly_salt_turns_over_on_the_first(tmp_path: Path) -> None:
+    store = SaltStore(tmp_path)
+    november = store.salt_for(ms(dt.date(2026, 11, 1)), "month")
+    assert store.salt_for(ms(dt.date(2026, 11, 30), 23), "month") == november
+    assert store.salt_for(ms(dt.date(2026, 12, 1), 0), "month") != november
+    assert [p.name for p in tmp_path.glob("month-*.salt")] == ["month-2026-12.salt"]
+    assert store.salt_for(ms(dt.date(2026, 12, 1)) + DAY_MS, "month") == store.salt_for(
+        ms(dt.date(2026, 12, 1)), "month"
+    )
+
+
+@pytest.mark.parametrize(
+    ("period", "start", "end", "words"),
+    [
+        ("day", MONDAY, MONDAY, "unique visitors"),
+        ("day", MONDAY, MONDAY + dt.timedelta(days=2), "came on 3 different days of the range counts 3 times"),
+        ("week", MONDAY, MONDAY + dt.timedelta(days=6), "unique visitors"),
+        ("week", MONDAY, MONDAY + dt.timedelta(days=7), "3 different weeks"),
+        ("month", dt.date(2026, 11, 1), dt.date(2026, 11, 30), "unique visitors"),
+    ],
+)
+def test_what_visitors_means_is_said_in_plain_words(period: str, start: dt.date, end: dt.date, words: str) -> None:
+    assert words in visitors_meaning(period, start, end)
+
+
+def test_an_unknown_salt_period_is_refused_naming_the_site() -> None:
+    with pytest.raises(SettingsError, match=r"sites \(a.example\).salt_period: 'year'"):
+        SiteSettings("a.example", salt_period="year")
