@@ -79,11 +79,6 @@ def _late_event(template: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _as_sent(row: dict[str, Any]) -> dict[str, Any]:
-    """An event as ingest sends it to Kafka: props as a JSON object (synthetic rows hold Arrow's (key, value) pairs)."""
-    return {**row, "props": dict(row["props"] or ())}
-
-
 def _read_back(settings: Settings) -> list[tuple[int, int, bytes]]:
     """(partition, offset, value) of every message in the isolated topic: where Kafka put each event."""
     topic = settings.kafka.pageviews_topic
@@ -141,7 +136,7 @@ def stocked(settings: Settings, kafka: str, spark: Any, tmp_path_factory: pytest
     iso = isolated_settings(settings, tmp_path_factory.mktemp("quality"))
     rows = synthetic_events(visits=120, start=START, span=dt.timedelta(hours=3), site_id=SITE, seed=5).to_pylist()
     late = _late_event(rows[0])
-    produce(iso, [_as_sent(r) for r in rows[:60] + rows[10:20] + rows[60:] + [late]])  # ten browser retries
+    produce(iso, rows[:60] + rows[10:20] + rows[60:] + [late])  # ten browser retries
     producer = Producer({"bootstrap.servers": iso.kafka.servers})
     producer.produce(iso.kafka.pageviews_topic, key=b"poison", value=b"not a v1 event")
     assert producer.flush(30) == 0

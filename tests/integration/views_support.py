@@ -39,7 +39,7 @@ def produce(settings: Settings, rows: list[dict[str, Any]]) -> None:
     producer = Producer({"bootstrap.servers": settings.kafka.servers, "linger.ms": 20})
     for row in rows:
         event = {name: row.get(name) for name in FIELDS}
-        event["props"] = event["props"] or {}
+        event["props"] = dict(event["props"] or {})  # Arrow gives a map as (key, value) pairs; ingest sends an object
         producer.produce(
             settings.kafka.pageviews_topic, key=row["visitor_id"].encode(), value=json.dumps(event).encode()
         )
