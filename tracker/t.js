@@ -21,7 +21,7 @@
         te: t, ts: t, w: screen.width, l: n.language, z: Intl.DateTimeFormat().resolvedOptions().timeZone, ...x
       });
       // A string body is sent as text/plain: a "simple" request, so no CORS preflight.
-      n.sendBeacon && n.sendBeacon(api, b) || fetch(api, { method: 'POST', body: b, keepalive: true });
+      n.sendBeacon?.(api, b) || fetch(api, { method: 'POST', body: b, keepalive: true });
     },
     engaged = () => {
       if (shown) visible += now() - shown;
@@ -49,7 +49,7 @@
   on(d, 'visibilitychange', () => d.hidden ? engaged() : shown = now());
   on(w, 'pagehide', engaged);
   on(d, 'click', (e) => {
-    const a = e.target.closest && e.target.closest('a[href]'), u = a && new URL(a.href, l.href);
+    const a = e.target.closest?.('a[href]'), u = a && new URL(a.href, l.href);
     u && (u.host != l.host && /^http/.test(u.protocol) ? send('event', { n: 'Outbound Link', p: { url: u.href } })
       : /\.(pdf|zip|csv|docx?|xlsx?|dmg|exe)$/i.test(u.pathname)
       && send('event', { n: 'File Download', p: { url: u.href } }));

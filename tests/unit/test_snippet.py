@@ -18,6 +18,13 @@ def test_the_served_snippet_is_at_most_1_kb_gzipped() -> None:
     assert size <= 1024, f"t.min.js is {size} B gzipped; the budget is 1024 B"
 
 
+@pytest.mark.skipif(not shutil.which("gzip"), reason="the gzip command is not installed")
+def test_the_served_snippet_is_at_most_1_kb_by_the_gzip_command_too() -> None:
+    """`gzip -9` also writes the file's name into its header: the budget holds for that count too."""
+    size = len(subprocess.run(["gzip", "-9", "-c", str(SNIPPET)], capture_output=True, check=True).stdout)
+    assert size <= 1024, f"`gzip -9 t.min.js` is {size} B; the budget is 1024 B"
+
+
 @pytest.mark.skipif(not (TRACKER / "node_modules").exists(), reason="run `npm ci` in tracker/ (make test does)")
 def test_the_committed_build_matches_the_source(tmp_path: Path) -> None:
     terser = TRACKER / "node_modules" / ".bin" / "terser"
