@@ -1,7 +1,7 @@
 """Tally dashboard (Streamlit), run by `tally up`: access first, then the report page.
 
 Nothing renders before ``require_viewer`` settles who is looking: an anonymous browser gets
-the login form and no data.
+the login form and no data. ``dashboard/server.py`` serves this page with the login routes.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard.auth import effective_query, visible_sites
-from dashboard.login import check_site, logout_button, require_viewer, share_view_button
+from dashboard.login import check_site, logout_button, require_viewer, share_view_button, still_allowed
 from dashboard.page import show
 from dashboard.view import to_query
 from tally.settings import load_settings
@@ -17,12 +17,19 @@ from tally.settings import load_settings
 st.set_page_config(page_title="Tally", layout="wide")
 settings = load_settings()
 viewer = require_viewer(settings)
-logout_button(viewer)
+logout_button(viewer, settings)
 sites = visible_sites(viewer, settings)
 if not sites:
     st.info("No site is configured or granted to you: add one under `sites:` in conf/tally.yaml, or ask an admin.")
     st.stop()
 params = effective_query(viewer, st.query_params.to_dict())
 check_site(viewer, params.get("site", sites[0]))
-view = show(settings, sites, params, read_only=viewer.read_only, every_site=viewer.sees_every_site)
+view = show(
+    settings,
+    sites,
+    params,
+    read_only=viewer.read_only,
+    every_site=viewer.sees_every_site,
+    allowed=lambda: still_allowed(settings, viewer),
+)
 share_view_button(viewer, settings, to_query(view))

@@ -221,29 +221,9 @@ def effective_query(viewer: Viewer, query: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in query.items() if key != "share"}
 
 
-# --- sessions and brute force ----------------------------------------------------------------
+# --- sessions ----------------------------------------------------------------
 
 
 def password_fingerprint(user: DashboardUser) -> str:
     """Changes when the user's password does, which ends their open sessions."""
     return hashlib.sha256(user.password_hash.encode()).hexdigest()[:16]
-
-
-def session_record(user: DashboardUser, now: float) -> dict[str, Any]:
-    """What the page keeps in ``st.session_state`` for a password login (no secret)."""
-    return {"user": user.name, "since": now, "fingerprint": password_fingerprint(user)}
-
-
-def session_user(
-    record: object, users: Mapping[str, DashboardUser], *, now: float, minutes: int
-) -> DashboardUser | None:
-    """The logged-in user if the session record is current: user still exists, same password, not expired."""
-    if not isinstance(record, Mapping):
-        return None
-    user = users.get(str(record.get("user")))
-    since = record.get("since")
-    if user is None or not user.password_hash or not isinstance(since, int | float):
-        return None
-    if not 0 <= now - since <= minutes * 60 or record.get("fingerprint") != password_fingerprint(user):
-        return None
-    return user

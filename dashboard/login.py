@@ -6,24 +6,24 @@ Call it first thing on the page (after ``st.set_page_config``)::
     site_id = check_site(viewer, query.get("site") or visible_sites(viewer, settings)[0])
     logout_button(viewer)
 
-``?share=<token>`` opens a read-only view pinned to the link's site and view; otherwise the
-visitor logs in with a password (the session lasts ``dashboard.session_minutes``) or, when
-``dashboard.oidc`` is on and ``.streamlit/secrets.toml`` has an ``[auth]`` section, through
-the identity provider (``st.login``), mapped to a user by its verified e-mail. Refusals say why
-and stop the script, so an anonymous browser receives no data at all.
-
-Password guesses are throttled per (user name, client address) (``dashboard/throttle.py``),
-counted before the password is checked.
+``?share=<token>`` opens a read-only view pinned to the link's site and view; otherwise the page
+reads the ``tally_session`` cookie (``st.context.cookies``, sent with the page's connection) and
+looks its session up on the server (``dashboard/sessions.py``). Without a current session it
+shows the login form, which posts to ``/login`` (``dashboard/routes.py``: the throttle, the
+password check and the cookie are there, since a page cannot set an ``HttpOnly`` cookie). When
+``dashboard.oidc`` is on and ``.streamlit/secrets.toml`` has an ``[auth]`` section, the form
+also offers the identity provider (``st.login``), mapped to a user by its verified e-mail.
+Refusals say why and stop the script, so an anonymous browser receives no data at all.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
-import math
 import time
 from collections.abc import Mapping
 from typing import Any, NoReturn
+from urllib.parse import urlencode
 
 import streamlit as st
 
@@ -32,30 +32,32 @@ from dashboard.auth import (
     effective_query,
     load_users,
     oidc_providers,
-    session_record,
-    session_user,
-    upgrade_password_hash,
     user_for_email,
     viewer_for_user,
     visible_sites,
 )
+from dashboard.forms import login_form, logout_form
+from dashboard.sessions import COOKIE_NAME, Sessions
 from dashboard.share_links import AccessDenied, ShareLinks, share_url
-from dashboard.throttle import LoginThrottle, check_password
 from tally.settings import DashboardUser, Settings, SettingsError
 
-__all__ = ["SESSION_KEY", "check_site", "effective_query", "logout_button", "require_viewer", "visible_sites"]
+__all__ = ["check_site", "effective_query", "logout_button", "require_viewer", "still_allowed", "visible_sites"]
 
 log = logging.getLogger("tally.dashboard.login")
-
-SESSION_KEY = "_tally_login"
-FAILURE_DELAY_SECONDS = 0.5  # slows scripted guessing within one session; the throttle bounds it across sessions
-_THROTTLE = LoginThrottle()  # module state: shared by every session of this dashboard process
-LOCAL_CLIENT = "local"  # the address of a browser on this machine (Streamlit reports none for loopback)
 
 
 def _refuse(message: str) -> NoReturn:
     st.error(message)
     st.stop()
+
+
+def session_cookie() -> str | None:
+    """The ``tally_session`` cookie the browser sent with this page's connection (``st.context.cookies``)."""
+    try:
+        value = st.context.cookies.get(COOKIE_NAME)
+    except (AttributeError, RuntimeError):  # no browser connection (a test harness)
+        return None
+    return value if isinstance(value, str) else None
 
 
 def require_viewer(settings: Settings) -> Viewer:
@@ -69,17 +71,36 @@ def require_viewer(settings: Settings) -> Viewer:
     except SettingsError as e:
         log.error("dashboard access config unreadable", extra={"fields": {"error": str(e)}})
         _refuse("The dashboard's access settings cannot be read; an administrator must fix them (see the logs).")
-    user = session_user(st.session_state.get(SESSION_KEY), users, now=now, minutes=settings.dashboard.session_minutes)
+    cookie = session_cookie()
+    user = Sessions(settings).user(cookie, users, now=now)
     if user is not None:
         return viewer_for_user(user, settings, login="password")
-    st.session_state.pop(SESSION_KEY, None)  # expired or stale (user removed, password changed)
     providers = _oidc_providers() if settings.dashboard.oidc else []
     if providers:
         viewer = _oidc_viewer(settings, users)
         if viewer is not None:
             return viewer
-    _login_page(settings, users, providers, now)
+    _login_page(settings, providers, now, ended=cookie is not None)
     st.stop()
+
+
+def still_allowed(settings: Settings, viewer: Viewer) -> bool:
+    """Whether the viewer of this page may still look: for the live figures, which rerun without the gate.
+
+    A password session must still be on record (not logged out in another tab, revoked or
+    expired); a share link must still open. A single sign-on login lasts as long as its cookie.
+    """
+    now = time.time()
+    try:
+        if viewer.login == "share":
+            ShareLinks(settings).read(st.query_params.get("share", ""), now=now)
+            return True
+        if viewer.login == "password":
+            user = Sessions(settings).user(session_cookie(), load_users(settings), now=now)
+            return user is not None and user.name == viewer.name
+    except (AccessDenied, SettingsError):
+        return False
+    return True
 
 
 def _share_viewer(settings: Settings, token: str, now: float) -> Viewer:
@@ -136,54 +157,25 @@ def _oidc_viewer(settings: Settings, users: Mapping[str, DashboardUser]) -> View
     return viewer_for_user(user, settings, login="oidc")
 
 
-def client_address() -> str:
-    """The browser's address as Streamlit saw it (``st.context.ip_address``), or ``local`` on this machine.
-
-    Streamlit (1.67, on uvicorn) takes ``X-Forwarded-For`` into account only from a proxy on
-    127.0.0.1 (uvicorn's ``FORWARDED_ALLOW_IPS``). Behind any other proxy, or one that does not
-    send the header, every browser has the proxy's address.
-    """
-    address = st.context.ip_address
-    return address if isinstance(address, str) and address else LOCAL_CLIENT  # a test harness may give a stand-in
+def _next_url() -> str:
+    """This page's address (path and view), where the login form returns to."""
+    query = {key: value for key, value in st.query_params.to_dict().items() if key != "share"}
+    return "/?" + urlencode(query) if query else "/"
 
 
-def _wait_text(seconds: float) -> str:
-    return f"{math.ceil(seconds)} s" if seconds < 60 else f"{math.ceil(seconds / 60)} min"
-
-
-def _login_page(
-    settings: Settings, users: Mapping[str, DashboardUser], providers: list[str | None], now: float
-) -> None:
+def _login_page(settings: Settings, providers: list[str | None], now: float, *, ended: bool) -> None:
     st.title("Tally")
     st.caption("Analytics data is private: log in to see the sites shared with you.")
+    if ended:
+        st.info("Your session has ended (logged out, expired or revoked): log in again.")
     if providers and importlib.util.find_spec("authlib") is None:
         st.warning("Single sign-on is configured but Authlib is not installed: `pip install 'streamlit[auth]'`.")
         providers = []
     for provider in providers:
         if st.button(f"Log in with {provider or 'single sign-on'}", key=f"tally-oidc-{provider}"):
             st.login(provider)
-    with st.form("tally-login", clear_on_submit=True):
-        name = st.text_input("User", autocomplete="username")
-        password = st.text_input("Password", type="password", autocomplete="current-password")
-        submitted = st.form_submit_button("Log in")
-    if not submitted:
-        return
-    cost = settings.dashboard.password_scrypt_n
-    checked = check_password(_THROTTLE, users, name, password, address=client_address(), now=now, n=cost)
-    if checked.wait_seconds > 0:
-        log.warning("dashboard login throttled", extra={"fields": {"user": repr(name[:64])}})
-        wait = _wait_text(checked.wait_seconds)
-        st.error(f"Too many failed logins for this user name from your address: try again in {wait}.")
-        return
-    if checked.user is None:
-        log.warning("dashboard login failed", extra={"fields": {"user": repr(name[:64])}})
-        time.sleep(FAILURE_DELAY_SECONDS)
-        st.error("Wrong user or password.")
-        return
-    user = upgrade_password_hash(settings, checked.user, password)
-    log.info("dashboard login", extra={"fields": {"user": user.name}})
-    st.session_state[SESSION_KEY] = session_record(user, now)
-    st.rerun()
+    token = Sessions(settings).form_token("login", now=now)
+    st.html(login_form(token, next_url=_next_url()))
 
 
 def check_site(viewer: Viewer, site_id: str | None) -> str:
@@ -197,20 +189,22 @@ def check_site(viewer: Viewer, site_id: str | None) -> str:
     return site_id
 
 
-def logout_button(viewer: Viewer) -> None:
-    """The sidebar's "Log out" (for a share link: what it shows and until when, as plain text)."""
+def logout_button(viewer: Viewer, settings: Settings) -> None:
+    """The sidebar's "Log out", a form posting to ``/logout`` (for a share link: what it shows and until when)."""
     if viewer.login == "share":
         until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(viewer.expires_at or 0))
         st.sidebar.text(f"Shared view, read-only, until {until}.")
         return
     st.sidebar.text(f"Logged in as {viewer.name}")
-    if st.sidebar.button("Log out", key="tally-logout"):
-        st.session_state.pop(SESSION_KEY, None)
-        log.info("dashboard logout", extra={"fields": {"user": viewer.name}})
-        if viewer.login == "oidc":
+    if viewer.login == "oidc":
+        if st.sidebar.button("Log out", key="tally-logout"):
+            log.info("dashboard logout", extra={"fields": {"user": viewer.name}})
             st.logout()  # clears the identity cookie and starts a new session
-        else:
-            st.rerun()
+        return
+    sessions = Sessions(settings)
+    session_id = sessions.session_id(session_cookie())
+    if session_id is not None:  # the form posts to /logout, which deletes the record and clears the cookie
+        st.sidebar.html(logout_form(sessions.form_token("logout", now=time.time(), bound_to=session_id)))
 
 
 def share_view_button(viewer: Viewer, settings: Settings, view: Mapping[str, str]) -> None:

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+import pandas as pd
 import streamlit as st
 
-from dashboard import panels
+from dashboard import health, panels
 from dashboard.controls import sidebar
 from dashboard.view import PRESETS, View, ViewError, from_query, to_query
-from query.aggregates import AggregateReport, Aggregates, Range
+from query.aggregates import AggregateReport, Aggregates, Range, Totals
 from query.raw import RawQuery
 from query.report import Report
 from query.sources import Sources
+from tally.lag import describe_lag
 from tally.quarantine import quarantined
 from tally.settings import Settings
 
@@ -44,14 +46,53 @@ def quarantine_warning(settings: Settings, site_id: str) -> None:
         )
 
 
+PAST_FIGURES_SECONDS = 600  # figures of days before today are kept this long (a backfill shows after it)
+
+
+@st.cache_data(ttl=PAST_FIGURES_SECONDS, max_entries=256, show_spinner=False)
+def past_figures(_report: Report, key: tuple[object, ...], grain: str) -> tuple[Totals, pd.DataFrame]:
+    """Totals and series of a range that ended before today: computed once, not on every refresh.
+
+    ``key`` names the range (site, dates, filters, exact or not); ``_report`` is not hashed.
+    """
+    return _report.totals(), _report.series(grain)
+
+
+def figures(report: Report, view: View, days: Range, today: dt.date, grain: str) -> tuple[Totals, pd.DataFrame]:
+    """Totals and series of ``report``: from :func:`past_figures` when the range cannot change any more."""
+    if days.end < today:
+        key = (view.site, days.start, days.end, tuple(sorted(view.filters.items())), report.exact)
+        return past_figures(report, key, grain)
+    return report.totals(), report.series(grain)
+
+
+def data_age(agg: Aggregates, site_id: str, now: dt.datetime, refresh: int) -> None:
+    """How old the newest figures are (the newest closed minute of agg.traffic_1m), and how often they refresh."""
+    last = health.last_window_end(agg, site_id, now.date())
+    age = f"newest data {describe_lag(max(now - last, dt.timedelta(0)))} old" if last else "no data today or yesterday"
+    every = f" · refreshes every {refresh} s" if refresh else ""
+    st.caption(f"Live: {age}{every} · as of {now:%H:%M:%S} UTC")
+
+
 def show(
-    settings: Settings, sites: list[str], params: Mapping[str, str], *, read_only: bool, every_site: bool = False
+    settings: Settings,
+    sites: list[str],
+    params: Mapping[str, str],
+    *,
+    read_only: bool,
+    every_site: bool = False,
+    allowed: Callable[[], bool] | None = None,
 ) -> View:
     """Render the whole report for the view in ``params`` (the URL, or a share link's pinned view);
     return the view shown.
 
     Every figure is of the view's site; ``every_site`` (a ``["*"]`` grant, never a share link)
     adds the data-health figures counted over the whole instance; without it, the narrower page.
+
+    The realtime visitors, the KPIs and the chart of a range ending today refresh on their own
+    every ``dashboard.refresh_seconds`` (a fragment: the rest of the page does not rerun). Each
+    refresh first asks ``allowed`` whether the viewer may still look (a session logged out in
+    another tab, or a revoked share link, reruns the whole page, which shows the login form).
     """
     now = dt.datetime.now(dt.UTC)
     today = now.date()
@@ -89,17 +130,29 @@ def show(
     if not view.compare:
         previous = None
 
-    panels.realtime(agg, view.site, now)
-    current = report.totals()
-    before = previous.totals() if previous else None
-    if current.pageviews == 0 and current.events == 0:
-        st.info(
-            "No page views in this range yet. Start traffic with `tally traffic`, or embed the snippet shown by "
-            "`tally up` in a page of this site. Views update every few seconds."
-        )
-    panels.kpis(current, before, report.exact)
     grain = view.grain(today)
-    panels.time_series(report.series(grain), previous.series(grain) if previous else None, grain)
+    refresh = settings.dashboard.refresh_seconds if days.end >= today else 0
+
+    @st.fragment(run_every=refresh or None)
+    def headline() -> Totals:
+        if allowed is not None and not allowed():
+            st.rerun(scope="app")  # the gate shows the login form or the refusal
+        now = dt.datetime.now(dt.UTC)
+        panels.realtime(agg, view.site, now)
+        current, series = figures(report, view, days, today, grain)
+        before, before_series = figures(previous, view, previous_days, today, grain) if previous else (None, None)
+        if current.pageviews == 0 and current.events == 0:
+            st.info(
+                "No page views in this range yet. Start traffic with `tally traffic`, or embed the snippet shown by "
+                "`tally up` in a page of this site. Views update every few seconds."
+            )
+        panels.kpis(current, before, report.exact)
+        panels.time_series(series, before_series, grain)
+        data_age(agg, view.site, now, refresh)
+        return current
+
+    previous_days = Range(*view.previous(today))
+    current = headline()
     panels.top_tables(report)
     panels.events_and_goals(report, current, view.goals)
     panels.custom_properties(AggregateReport(agg, view.site, days), filtered=view.filtered)

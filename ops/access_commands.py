@@ -28,6 +28,7 @@ from dashboard.auth import (
     write_file_users,
 )
 from dashboard.passwords import hash_password, verify_password
+from dashboard.sessions import end_user_sessions
 from dashboard.share_links import ShareLinks, describe_view, parse_view, share_url
 from tally.private_files import write_private
 from tally.settings import DashboardUser, Settings
@@ -126,7 +127,8 @@ def run_user_add(args: argparse.Namespace, settings: Settings) -> int:
         write_file_users(settings, [*others, user])
         if args.name == ADMIN:  # the first-run password no longer works: do not keep it around
             admin_password_path(settings).unlink(missing_ok=True)
-    print(f"user {args.name} saved; sites: {', '.join(sites)}")
+    ended = end_user_sessions(settings, args.name)  # a new password (or new sites): log in again
+    print(f"user {args.name} saved; sites: {', '.join(sites)}" + (f"; {ended} open session(s) ended" if ended else ""))
     return EXIT_OK
 
 
@@ -145,7 +147,7 @@ def run_user_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_user_remove(args: argparse.Namespace, settings: Settings) -> int:
-    """Remove a users.yaml user; their open sessions end at their next page run."""
+    """Remove a users.yaml user and end their open sessions (every tab is out at its next page run)."""
     if any(u.name == args.name for u in settings.dashboard.users):
         return _fail(f"user {args.name!r} is defined in the config (dashboard.users); remove it there")
     with state_lock(settings):
@@ -155,7 +157,8 @@ def run_user_remove(args: argparse.Namespace, settings: Settings) -> int:
         write_file_users(settings, [u for u in users if u.name != args.name])
         if args.name == ADMIN:
             admin_password_path(settings).unlink(missing_ok=True)
-    print(f"user {args.name} removed")
+    ended = end_user_sessions(settings, args.name)
+    print(f"user {args.name} removed" + (f"; {ended} open session(s) ended" if ended else ""))
     now = time.time()
     made = [link for link in ShareLinks(settings).all() if link.creator == args.name and link.status(now) == "active"]
     if made:

@@ -84,7 +84,7 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
             "-m",
             "streamlit",
             "run",
-            str(Path(dashboard.__file__).parent / "app.py"),
+            str(Path(dashboard.__file__).parent / "server.py"),  # st.App: the page plus the login routes
             "--server.address",
             settings.dashboard.host,
             "--server.port",

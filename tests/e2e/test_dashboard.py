@@ -116,7 +116,7 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
     assert page.locator("[data-testid='stMetric']").count() == 0, "an anonymous browser must see no figures"
 
     # Wait until raw holds the last events sent and the streaming views hold every page view in
-    # raw, then log in once (a reload would start a new Streamlit session and ask for the password again).
+    # raw, then log in (the session cookie keeps the login across reloads: test_dashboard_sessions.py).
     deadline = time.monotonic() + 300
     expected = (0, 0)
     while time.monotonic() < deadline:

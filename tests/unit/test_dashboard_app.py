@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.auth import session_record, write_file_users
-from dashboard.login import SESSION_KEY
+import dashboard.login
+from dashboard.auth import write_file_users
 from dashboard.passwords import hash_password
+from dashboard.sessions import Sessions
 from quality.quarantine import record_statuses
 from tally.quarantine import PartitionStatus
 from tally.settings import DashboardUser, Settings, load_settings
@@ -22,23 +23,28 @@ APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    BROWSER.clear()
+    monkeypatch.setattr(dashboard.login, "session_cookie", lambda: BROWSER.get("cookie"))
     return load_settings()
 
 
+BROWSER: dict[str, str] = {}  # the cookies the page's browser sends (st.context.cookies in a real one)
+
+
 def logged_in(settings: Settings, sites: tuple[str, ...] = ("*",)) -> AppTest:
-    """The app with a logged-in user granted ``sites`` (a session as the login form leaves it)."""
+    """The app with a logged-in user granted ``sites`` (a session as the login route leaves it)."""
     user = DashboardUser("ana", hash_password("correct horse", n=settings.dashboard.password_scrypt_n), sites)
     write_file_users(settings, [user])
-    app = AppTest.from_file(APP, default_timeout=60)
-    app.session_state[SESSION_KEY] = session_record(user, time.time())
-    return app
+    sessions = Sessions(settings)
+    BROWSER["cookie"] = sessions.cookie_value(sessions.create(user, now=time.time()))
+    return AppTest.from_file(APP, default_timeout=60)
 
 
 def test_an_anonymous_visitor_gets_the_login_form_and_no_figures(settings: Settings) -> None:
     write_file_users(settings, [DashboardUser("ana", hash_password("correct horse", n=1024), ("*",))])
     app = AppTest.from_file(APP, default_timeout=60).run()
     assert not app.exception
-    assert app.text_input, "a login form"
+    assert 'action="/login"' in app.html[0].value, "a login form"
     assert not app.metric and not app.dataframe and not app.sidebar.selectbox
 
 

@@ -16,8 +16,6 @@ from dashboard.auth import (
     effective_query,
     load_users,
     oidc_providers,
-    session_record,
-    session_user,
     upgrade_password_hash,
     user_for_email,
     users_path,
@@ -26,6 +24,7 @@ from dashboard.auth import (
     write_file_users,
 )
 from dashboard.passwords import authenticate, b64_url, hash_password, needs_rehash, unb64_url, verify_password
+from dashboard.sessions import Sessions
 from dashboard.share_links import AccessDenied, ShareGrant, ShareLinks, make_share_token, parse_view, secret_key
 from dashboard.throttle import LoginThrottle
 from ops.access_commands import ensure_admin, saved_admin_login
@@ -155,17 +154,44 @@ def test_a_pinned_view_replaces_the_urls_parameters(settings: Settings) -> None:
     assert effective_query(plain, {"site": "a.test", "share": "t"}) == {"site": "a.test"}
 
 
-def test_a_session_ends_after_its_minutes_or_when_the_password_changes_or_the_user_goes() -> None:
+def test_a_session_ends_after_its_minutes_or_when_the_password_changes_or_the_user_goes(settings: Settings) -> None:
     ann = DashboardUser("ann", cheap_hash("ann-secret-1"), ("a.test",))
-    record = session_record(ann, NOW)
-    assert "secret" not in json.dumps(record)
-    assert session_user(record, {"ann": ann}, now=NOW + 59 * 60, minutes=60) == ann
-    assert session_user(record, {"ann": ann}, now=NOW + 61 * 60, minutes=60) is None
+    sessions = Sessions(dataclasses.replace(settings, dashboard=dataclasses.replace(FAST, session_minutes=60)))
+    cookie = sessions.cookie_value(sessions.create(ann, now=NOW))
+    stored = [path.read_text() for path in sessions.folder.iterdir() if path.suffix == ".json"]
+    assert len(stored) == 1 and cookie.partition(".")[0] not in stored[0], "the session id is not kept"
+    assert sessions.user(cookie, {"ann": ann}, now=NOW + 59 * 60) == ann
+    assert sessions.user(cookie, {"ann": ann}, now=NOW + 61 * 60) is None
+    cookie = sessions.cookie_value(sessions.create(ann, now=NOW))
     changed = dataclasses.replace(ann, password_hash=cheap_hash("ann-secret-2"))
-    assert session_user(record, {"ann": changed}, now=NOW, minutes=60) is None
-    assert session_user(record, {}, now=NOW, minutes=60) is None
-    assert session_user({"user": "ann"}, {"ann": ann}, now=NOW, minutes=60) is None
-    assert session_user(None, {"ann": ann}, now=NOW, minutes=60) is None
+    assert sessions.user(cookie, {"ann": changed}, now=NOW) is None
+    cookie = sessions.cookie_value(sessions.create(ann, now=NOW))
+    assert sessions.user(cookie, {}, now=NOW) is None
+    assert sessions.user(None, {"ann": ann}, now=NOW) is None
+    assert not sessions.active(now=NOW), "each ended session's record is deleted"
+
+
+def test_a_session_cookie_is_signed_and_its_record_private(settings: Settings) -> None:
+    ann = DashboardUser("ann", cheap_hash("ann-secret-1"), ("a.test",))
+    sessions = Sessions(settings)
+    session_id = sessions.create(ann, now=NOW)
+    cookie = sessions.cookie_value(session_id)
+    assert sessions.session_id(cookie) == session_id
+    assert sessions.session_id(session_id) is None and sessions.session_id(cookie + "0") is None
+    assert sessions.session_id(f"{session_id}x.{cookie.rpartition('.')[2]}") is None
+    assert [stat.S_IMODE(p.stat().st_mode) for p in sessions.folder.glob("*.json")] == [0o600]
+    assert sessions.delete_user("ann") == 1 and sessions.user(cookie, {"ann": ann}, now=NOW) is None
+
+
+def test_a_form_token_is_for_one_purpose_and_session_and_expires(settings: Settings) -> None:
+    sessions = Sessions(settings)
+    token = sessions.form_token("logout", now=NOW, bound_to="s1")
+    assert sessions.form_token_ok(token, "logout", now=NOW + 60, bound_to="s1")
+    assert not sessions.form_token_ok(token, "logout", now=NOW + 60, bound_to="s2")
+    assert not sessions.form_token_ok(token, "login", now=NOW + 60)
+    assert not sessions.form_token_ok(token, "logout", now=NOW + 7 * 3600, bound_to="s1")
+    altered = token[:-1] + ("1" if token.endswith("0") else "0")
+    assert not sessions.form_token_ok(altered, "logout", now=NOW, bound_to="s1")
 
 
 def test_the_throttle_lets_the_first_attempts_through_then_delays_each_twice_as_long() -> None:

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 from streamlit.testing.v1 import AppTest
 
 import dashboard.login
-from dashboard.auth import load_users, session_record, write_file_users
-from dashboard.login import SESSION_KEY
+import dashboard.routes
+from dashboard.auth import load_users, write_file_users
 from dashboard.passwords import hash_password
+from dashboard.routes import LoginRoutes
+from dashboard.sessions import COOKIE_NAME, Sessions
 from dashboard.share_links import ShareLinks
 from dashboard.throttle import LoginThrottle
 from tally.settings import DashboardUser, Settings, load_settings
@@ -42,7 +48,7 @@ def gated_page() -> None:
     viewer = require_viewer(settings)
     query = effective_query(viewer, st.query_params.to_dict())
     site = check_site(viewer, query.get("site") or next(iter(visible_sites(viewer, settings)), None))
-    logout_button(viewer)
+    logout_button(viewer, settings)
     share_view_button(viewer, settings, {**query, "site": site})
     st.text(f"SECRET FIGURES: 12,345 visitors | site={site} | viewer={viewer.name} | read_only={viewer.read_only}")
     st.text(f"view={sorted(query.items())}")
@@ -59,8 +65,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settin
     monkeypatch.setenv("TALLY_CONF_DIR", str(conf))
     monkeypatch.delenv("TALLY_ENV", raising=False)
     monkeypatch.delenv("TALLY_HOME", raising=False)
-    monkeypatch.setattr(dashboard.login, "_THROTTLE", LoginThrottle())
-    monkeypatch.setattr(dashboard.login, "FAILURE_DELAY_SECONDS", 0.0)
+    monkeypatch.setattr(dashboard.routes, "FAILURE_DELAY_SECONDS", 0.0)
     settings = load_settings()
     write_file_users(settings, [DashboardUser(ANN, hash_password(ANN_PASSWORD, n=CHEAP), ("a.test",))])
     yield settings
@@ -74,23 +79,48 @@ def texts(app: AppTest) -> str:
     return "\n".join(t.value for t in app.text)
 
 
-def log_in(app: AppTest, name: str, password: str) -> AppTest:
-    app.text_input[0].input(name)
-    app.text_input[1].input(password)
-    return app.form_submit_button[0].click().run()
+SITE_URL = "http://dash.test"
 
 
-def logged_in_page(settings: Settings, *, since: float | None = None) -> AppTest:
-    app = page()
-    user = load_users(settings)[ANN]
-    app.session_state[SESSION_KEY] = session_record(user, since if since is not None else time.time())
-    return app
+def open_as(monkeypatch: pytest.MonkeyPatch, cookie: str | None) -> None:
+    """The page's browser sends this ``tally_session`` cookie (``st.context.cookies`` in a real browser)."""
+    monkeypatch.setattr(dashboard.login, "session_cookie", lambda: cookie)
+
+
+def session_of(settings: Settings, name: str, *, now: float | None = None) -> str:
+    """The cookie of a session of ``name``, as the login route records it."""
+    sessions = Sessions(settings)
+    return sessions.cookie_value(sessions.create(load_users(settings)[name], now=now or time.time()))
+
+
+def login_client(
+    *, throttle: LoginThrottle | None = None, address: str = "203.0.113.9", base: str = SITE_URL
+) -> TestClient:
+    """The login and logout routes (as ``dashboard/server.py`` mounts them) behind a test client."""
+    routes = LoginRoutes(settings=load_settings, throttle=throttle or LoginThrottle())
+    return TestClient(Starlette(routes=routes.routes()), base_url=base, client=(address, 50000))
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "a form with a token"
+    return found[1]
+
+
+def post_login(
+    client: TestClient, name: str, password: str, *, origin: str | None = SITE_URL, next_url: str = "/?site=a.test"
+) -> httpx.Response:
+    token = csrf_of(client.get("/login").text)
+    headers = {"Origin": origin} if origin else {}
+    form = {"csrf": token, "user": name, "password": password, "next": next_url}
+    return client.post("/login", data=form, headers=headers, follow_redirects=False)
 
 
 def test_an_anonymous_browser_gets_the_login_form_and_no_data(settings: Settings) -> None:
     app = page().run()
     assert not app.exception
-    assert [t.label for t in app.text_input] == ["User", "Password"]
+    form = app.html[0].value
+    assert 'action="/login"' in form and 'name="user"' in form and 'type="password"' in form and 'name="csrf"' in form
     assert MARKER not in texts(app) and not app.metric and not app.dataframe
 
 
@@ -98,28 +128,112 @@ def test_an_anonymous_browser_gets_the_login_form_and_no_data(settings: Settings
 def test_a_wrong_user_or_password_is_refused_with_one_generic_message(
     settings: Settings, name: str, password: str
 ) -> None:
-    app = log_in(page().run(), name, password)
-    assert not app.exception
-    assert [e.value for e in app.error] == ["Wrong user or password."]
-    assert MARKER not in texts(app) and SESSION_KEY not in app.session_state
+    response = post_login(login_client(), name, password)
+    assert response.status_code == 401 and "Wrong user or password." in response.text
+    assert COOKIE_NAME not in response.cookies and not Sessions(settings).active(now=time.time())
 
 
-def test_the_right_password_shows_the_page_and_the_session_keeps_it(settings: Settings) -> None:
-    app = log_in(page().run(), ANN, ANN_PASSWORD)
+def test_the_right_password_sets_an_http_only_cookie_and_every_tab_with_it_sees_the_page(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    response = post_login(login_client(), ANN, ANN_PASSWORD)
+    assert response.status_code == 303 and response.headers["location"] == "/?site=a.test"
+    cookie = response.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=lax" in cookie and "Path=/" in cookie and "Max-Age=1800" in cookie
+    assert "Secure" not in cookie  # plain http here; over https it is Secure (next test)
+    open_as(monkeypatch, response.cookies[COOKIE_NAME])
+    app = page().run()
     assert not app.exception and not app.error
     assert MARKER in texts(app) and "site=a.test" in texts(app) and "read_only=False" in texts(app)
-    assert not app.text_input  # the form is gone
-    assert MARKER in texts(app.run())
+    assert not app.html or 'action="/login"' not in app.html[0].value  # no login form
+    assert MARKER in texts(app.run()), "a rerun keeps it"
+    assert MARKER in texts(page().run()), "so does a new page (a reload, another tab)"
 
 
-def test_log_out_ends_the_session(settings: Settings) -> None:
-    app = log_in(page().run(), ANN, ANN_PASSWORD)
-    app.sidebar.button[0].click().run()
-    assert MARKER not in texts(app) and [t.label for t in app.text_input] == ["User", "Password"]
+def test_over_https_the_cookie_is_secure(settings: Settings) -> None:
+    response = post_login(login_client(base="https://dash.test"), ANN, ANN_PASSWORD, origin="https://dash.test")
+    assert response.status_code == 303 and "Secure" in response.headers["set-cookie"]
 
 
-def test_a_user_can_share_the_view_they_see_as_a_signed_link(settings: Settings) -> None:
-    app = logged_in_page(settings)
+@pytest.mark.parametrize("attack", ["no token", "forged token", "another site", "no origin"])
+def test_a_login_post_without_its_token_or_from_another_site_is_refused(settings: Settings, attack: str) -> None:
+    client = login_client()
+    token = {"no token": "", "forged token": f"{int(time.time())}.abc.{'0' * 64}"}.get(attack)
+    form = {
+        "csrf": csrf_of(client.get("/login").text) if token is None else token,
+        "user": ANN,
+        "password": ANN_PASSWORD,
+    }
+    origin = {"another site": "https://evil.example", "no origin": None}.get(attack, SITE_URL)
+    response = client.post("/login", data=form, headers={"Origin": origin} if origin else {}, follow_redirects=False)
+    assert response.status_code == 403 and COOKIE_NAME not in response.cookies
+    assert not Sessions(settings).active(now=time.time())
+
+
+@pytest.mark.parametrize("target", ["//evil.example/x", "https://evil.example/", "/\\evil.example", "javascript:x"])
+def test_after_logging_in_the_browser_only_goes_to_a_page_of_this_site(settings: Settings, target: str) -> None:
+    response = post_login(login_client(), ANN, ANN_PASSWORD, next_url=target)
+    assert response.status_code == 303 and response.headers["location"] == "/"
+
+
+def test_logging_out_ends_the_session_in_every_tab_and_clears_the_cookie(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = login_client()
+    cookie = post_login(client, ANN, ANN_PASSWORD).cookies[COOKIE_NAME]
+    open_as(monkeypatch, cookie)
+    other_tab = page().run()
+    assert MARKER in texts(other_tab)
+    logout = page().run().sidebar.html[0].value
+    assert 'action="/logout"' in logout
+    response = client.post(
+        "/logout", data={"csrf": csrf_of(logout)}, headers={"Origin": SITE_URL}, follow_redirects=False
+    )
+    assert response.status_code == 303 and f'{COOKIE_NAME}=""' in response.headers["set-cookie"]
+    assert "Max-Age=0" in response.headers["set-cookie"]
+    other_tab.run()
+    assert MARKER not in texts(other_tab) and 'action="/login"' in other_tab.html[0].value
+    assert any("session has ended" in i.value for i in other_tab.info)
+
+
+def test_a_logout_from_another_site_or_without_the_sessions_token_changes_nothing(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = login_client()
+    cookie = post_login(client, ANN, ANN_PASSWORD).cookies[COOKIE_NAME]
+    other = Sessions(settings).form_token("logout", now=time.time(), bound_to="another-session")
+    for form, origin in (({"csrf": other}, SITE_URL), ({}, SITE_URL), ({"csrf": other}, "https://evil.example")):
+        response = client.post("/logout", data=form, headers={"Origin": origin}, follow_redirects=False)
+        assert response.status_code == 403
+    open_as(monkeypatch, cookie)
+    assert MARKER in texts(page().run())
+
+
+@pytest.mark.parametrize("case", ["altered", "expired", "revoked", "password changed", "signed by another key"])
+def test_an_altered_expired_or_revoked_cookie_shows_the_login_form(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    cookie = session_of(settings, ANN, now=time.time() - (31 * 60 if case == "expired" else 0))
+    if case == "altered":
+        cookie = cookie[:-1] + ("0" if cookie[-1] != "0" else "1")
+    elif case == "revoked":
+        Sessions(settings).delete_user(ANN)
+    elif case == "password changed":
+        write_file_users(settings, [DashboardUser(ANN, hash_password("a-new-password", n=CHEAP), ("a.test",))])
+    elif case == "signed by another key":
+        session_id = cookie.rpartition(".")[0]
+        cookie = f"{session_id}.{'ab' * 32}"
+    open_as(monkeypatch, cookie)
+    app = page().run()
+    assert not app.exception
+    assert MARKER not in texts(app) and 'action="/login"' in app.html[0].value
+
+
+def test_a_user_can_share_the_view_they_see_as_a_signed_link(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    open_as(monkeypatch, session_of(settings, ANN))
+    app = page()
     app.query_params.update({"site": "a.test", "range": "30d"})
     app.run()
     app.sidebar.button(key="tally-share").click().run()
@@ -138,26 +252,20 @@ def test_a_share_link_viewer_cannot_make_further_links(settings: Settings) -> No
     assert MARKER in texts(app) and not app.sidebar.button and len(ShareLinks(settings).all()) == 1
 
 
-def test_an_expired_session_asks_for_the_password_again(settings: Settings) -> None:
-    app = logged_in_page(settings, since=time.time() - 31 * 60).run()
-    assert MARKER not in texts(app) and app.text_input
-    assert MARKER in texts(logged_in_page(settings, since=time.time() - 29 * 60).run())
+def test_too_many_failures_lock_the_name_even_for_the_right_password(settings: Settings) -> None:
+    client = login_client(throttle=LoginThrottle(max_attempts=2, free_attempts=2))
+    for _ in range(2):
+        assert post_login(client, ANN, "guess").status_code == 401
+    response = post_login(client, ANN, ANN_PASSWORD)
+    assert response.status_code == 429 and "Too many failed logins" in response.text
+    assert COOKIE_NAME not in response.cookies and int(response.headers["retry-after"]) > 0
 
 
-def test_too_many_failures_lock_the_name_even_for_the_right_password(
+def test_a_user_cannot_open_another_users_site_by_editing_the_url(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dashboard.login, "_THROTTLE", LoginThrottle(max_attempts=2, free_attempts=2))
-    app = page().run()
-    for _ in range(2):
-        app = log_in(app, ANN, "guess")
-    app = log_in(app, ANN, ANN_PASSWORD)
-    assert MARKER not in texts(app)
-    assert any("Too many failed logins" in e.value for e in app.error)
-
-
-def test_a_user_cannot_open_another_users_site_by_editing_the_url(settings: Settings) -> None:
-    app = logged_in_page(settings)
+    open_as(monkeypatch, session_of(settings, ANN))
+    app = page()
     app.query_params["site"] = "b.test"
     app.run()
     assert not app.exception
@@ -178,7 +286,7 @@ def test_a_valid_share_link_shows_its_site_and_view_read_only_whatever_else_the_
     app = page()
     app.query_params.update({"share": token, "site": "a.test", "range": "90d"})
     app.run()
-    assert not app.exception and not app.text_input
+    assert not app.exception and not app.html
     shown = texts(app)
     assert MARKER in shown and "site=b.test" in shown and "read_only=True" in shown
     assert "view=[('f_page', '/pricing'), ('range', '30d'), ('site', 'b.test')]" in shown
@@ -205,13 +313,16 @@ def test_an_expired_tampered_or_revoked_share_link_is_refused_and_shows_no_data(
     app.query_params["share"] = token
     app.run()
     assert not app.exception
-    assert MARKER not in texts(app) and not app.text_input
+    assert MARKER not in texts(app) and not app.html
     expected = {"expired": "expired on", "tampered": "damaged or was altered", "revoked": "was revoked"}[case]
     assert [e.value for e in app.error] == [e.value for e in app.error if expected in e.value] != []
 
 
-def test_a_bad_share_link_is_refused_even_in_a_logged_in_session(settings: Settings) -> None:
-    app = logged_in_page(settings)
+def test_a_bad_share_link_is_refused_even_in_a_logged_in_session(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    open_as(monkeypatch, session_of(settings, ANN))
+    app = page()
     app.query_params["share"] = "not-a-token"
     app.run()
     assert MARKER not in texts(app) and app.error
@@ -268,4 +379,4 @@ def test_with_oidc_on_an_anonymous_browser_is_offered_the_provider_and_the_passw
     assert not app.exception and MARKER not in texts(app)
     offered = [b.label for b in app.button if b.label.startswith("Log in with")]
     assert offered == ["Log in with google"] or any("Authlib is not installed" in w.value for w in app.warning)
-    assert [t.label for t in app.text_input] == ["User", "Password"]
+    assert 'action="/login"' in app.html[0].value  # and the password form

@@ -65,7 +65,7 @@ def test_a_full_query_is_read_with_plausibles_defaults() -> None:
         ({"metrics": ["total_revenue"]}, "metrics", "metric 'total_revenue' is not supported"),
         ({"metrics": []}, "metrics", "non-empty list"),
         ({"metrics": "visitors"}, "metrics", "must be a list"),
-        ({"dimensions": ["visit:city"]}, "dimensions", "dimension 'visit:city' is not supported"),
+        ({"dimensions": ["visit:city_name"]}, "dimensions", "dimension 'visit:city_name' is not supported"),
         ({"dimensions": ["event:page", "event:page"]}, "dimensions", "listed twice"),
         ({"dimensions": ["time:day", "time:week"]}, "dimensions", "at most one time dimension"),
         ({"dimensions": ["event:props:"]}, "dimensions", "is not supported"),

@@ -16,18 +16,26 @@ import time
 from pathlib import Path
 
 import pytest
-import streamlit.runtime.context
 from streamlit.testing.v1 import AppTest
 
 import dashboard.login
+import dashboard.routes
 import dashboard.throttle
-from dashboard.auth import load_users, read_file_users, session_record, write_file_users
-from dashboard.login import SESSION_KEY
+from dashboard.auth import load_users, read_file_users, write_file_users
+from dashboard.sessions import COOKIE_NAME, Sessions
 from dashboard.share_links import ShareLinks
 from dashboard.throttle import LoginThrottle, PasswordCheck, check_password
 from ops.cli import main
 from tally.settings import DashboardUser, Settings, load_settings
-from tests.unit.test_dashboard_login import AUTH_SECRETS, MARKER, gated_page
+from tests.unit.test_dashboard_login import (
+    AUTH_SECRETS,
+    MARKER,
+    gated_page,
+    login_client,
+    open_as,
+    post_login,
+    session_of,
+)
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 ALLOWED_GUESSES = 10  # per user name and client address in 15 minutes (docs/SECURITY.md)
@@ -47,14 +55,6 @@ def scrypt_hash(password: str, n: int) -> str:
 
 
 @pytest.fixture
-def client(monkeypatch: pytest.MonkeyPatch) -> dict[str, str | None]:
-    """The browser's address as Streamlit reports it (``st.context.ip_address``); set ``client["ip"]``."""
-    current: dict[str, str | None] = {"ip": None}
-    monkeypatch.setattr(streamlit.runtime.context.ContextProxy, "ip_address", property(lambda self: current["ip"]))
-    return current
-
-
-@pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -63,8 +63,8 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.setenv("TALLY_DASHBOARD__PASSWORD_SCRYPT_N", "1024")  # cheap hashes: the tests stay fast
     monkeypatch.delenv("TALLY_ENV", raising=False)
     monkeypatch.delenv("TALLY_HOME", raising=False)
-    monkeypatch.setattr(dashboard.login, "_THROTTLE", type(dashboard.login._THROTTLE)())
-    monkeypatch.setattr(dashboard.login, "FAILURE_DELAY_SECONDS", 0.0)
+    monkeypatch.setattr(dashboard.routes, "FAILURE_DELAY_SECONDS", 0.0)
+    monkeypatch.setattr(dashboard.login, "session_cookie", lambda: None)
     settings = load_settings()
     write_file_users(
         settings,
@@ -84,10 +84,11 @@ def texts(app: AppTest) -> str:
     return "\n".join(t.value for t in app.text)
 
 
-def log_in(app: AppTest, name: str, password: str) -> AppTest:
-    app.text_input[0].input(name)
-    app.text_input[1].input(password)
-    return app.form_submit_button[0].click().run()
+def log_in(monkeypatch: pytest.MonkeyPatch, name: str, password: str, *, address: str = ADMINS_DESK) -> AppTest:
+    """Log in through the login route from ``address``; the page as the browser then sees it."""
+    response = post_login(login_client(throttle=dashboard.routes.THROTTLE, address=address), name, password)
+    open_as(monkeypatch, response.cookies.get(COOKIE_NAME))
+    return page().run()
 
 
 # --- login throttle -----------------------------------------------------------------------------
@@ -128,17 +129,17 @@ def test_parallel_guesses_for_one_user_get_no_more_than_the_allowed_attempts(
 
 
 def test_an_attacker_locking_out_admin_from_one_address_does_not_lock_out_admin_elsewhere(
-    settings: Settings, client: dict[str, str | None]
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client["ip"] = ATTACKER
-    app = page().run()
-    for i in range(ALLOWED_GUESSES + 2):
-        app = log_in(app, "admin", f"guess-{i}")
-    assert any("Too many failed logins" in e.value for e in app.error)
-    assert MARKER not in texts(log_in(app, "admin", ADMIN_PASSWORD)), "the attacker's address stays throttled"
+    throttle = LoginThrottle()
+    monkeypatch.setattr(dashboard.routes, "THROTTLE", throttle)
+    attacker = login_client(throttle=throttle, address=ATTACKER)
+    statuses = [post_login(attacker, "admin", f"guess-{i}").status_code for i in range(ALLOWED_GUESSES + 2)]
+    assert statuses[:3] == [401] * 3 and statuses[-1] == 429, statuses
+    response = post_login(attacker, "admin", ADMIN_PASSWORD)
+    assert response.status_code == 429 and COOKIE_NAME not in response.cookies, "the attacker's address stays throttled"
 
-    client["ip"] = ADMINS_DESK
-    app = log_in(page().run(), "admin", ADMIN_PASSWORD)
+    app = log_in(monkeypatch, "admin", ADMIN_PASSWORD, address=ADMINS_DESK)
     assert not app.error, [e.value for e in app.error]
     assert MARKER in texts(app) and "viewer=admin" in texts(app)
 
@@ -162,13 +163,32 @@ def test_an_old_hash_is_replaced_at_todays_cost_on_the_next_successful_login(
     monkeypatch.delenv("TALLY_DASHBOARD__PASSWORD_SCRYPT_N")  # the default cost, as in production
     old = scrypt_hash("ann-secret-password", 2**14)  # what Tally stored before
     write_file_users(load_settings(), [DashboardUser("ann", old, ("a.test",))])
-    app = log_in(page().run(), "ann", "ann-secret-password")
+    app = log_in(monkeypatch, "ann", "ann-secret-password")
     assert MARKER in texts(app)
     stored = load_users(load_settings())["ann"].password_hash
     assert stored.startswith("scrypt$131072$8$1$") and stored != old
     assert MARKER in texts(app.run()), "the session survives the new hash"
-    again = log_in(page().run(), "ann", "ann-secret-password")
+    again = log_in(monkeypatch, "ann", "ann-secret-password")
     assert MARKER in texts(again), "the new hash holds the same password"
+
+
+@pytest.mark.parametrize(
+    "command", [["user", "remove", "ann"], ["user", "add", "ann", "--sites", "a.test", "--replace"]]
+)
+def test_removing_a_user_or_giving_a_new_password_ends_their_sessions_at_once(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    cookie = session_of(settings, "ann")
+    kept = session_of(settings, "admin")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("ann-new-password\n"))
+    with pytest.raises(SystemExit) as done:
+        main([*command, *(["--password-stdin"] if "add" in command else [])])
+    assert done.value.code in (0, None)
+    assert [r.user for r in Sessions(load_settings()).active(now=time.time())] == ["admin"]
+    open_as(monkeypatch, cookie)
+    assert MARKER not in texts(page().run())
+    open_as(monkeypatch, kept)
+    assert MARKER in texts(page().run()), "another user's session goes on"
 
 
 # --- OIDC -----------------------------------------------------------------------------------------
@@ -217,9 +237,11 @@ HOSTILE = "[log in again](https://evil.example/phish) ![x](https://evil.example/
         {"funnel": HOSTILE},
     ],
 )
-def test_a_bad_url_value_is_refused_without_echoing_it(settings: Settings, params: dict[str, str]) -> None:
+def test_a_bad_url_value_is_refused_without_echoing_it(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, params: dict[str, str]
+) -> None:
+    open_as(monkeypatch, session_of(settings, "admin"))
     app = AppTest.from_file(APP, default_timeout=60)
-    app.session_state[SESSION_KEY] = session_record(load_users(settings)["admin"], time.time())
     app.query_params.update({"site": "a.test", **params})
     app.run()
     assert not app.exception and app.error, "the view is refused"

@@ -17,9 +17,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import dashboard.health
-from dashboard.auth import load_users, session_record, write_file_users
+import dashboard.login
+from dashboard.auth import load_users, write_file_users
 from dashboard.health import ArchiveLag
-from dashboard.login import SESSION_KEY
+from dashboard.sessions import Sessions
 from dashboard.share_links import ShareLinks
 from tally.quarantine import PartitionStatus
 from tally.settings import DashboardUser, Settings, load_settings
@@ -151,11 +152,13 @@ def share_link_page(settings: Settings) -> AppTest:
     return app.run()
 
 
-def user_page(settings: Settings, name: str) -> AppTest:
+def user_page(settings: Settings, name: str, monkeypatch: pytest.MonkeyPatch) -> AppTest:
     """Site A's page for a logged-in user (a session as the login form leaves it)."""
     add_users(settings)
     app = AppTest.from_file(APP, default_timeout=60)
-    app.session_state[SESSION_KEY] = session_record(load_users(settings)[name], time.time())
+    sessions = Sessions(settings)
+    cookie = sessions.cookie_value(sessions.create(load_users(settings)[name], now=time.time()))
+    monkeypatch.setattr(dashboard.login, "session_cookie", lambda: cookie)
     app.query_params["site"] = SITE_A
     return app.run()
 
@@ -170,8 +173,10 @@ def test_a_share_link_for_site_a_shows_nothing_derived_from_site_b_or_the_whole_
     assert str(A_AUDIT) in page, "the site's own audit is shown"
 
 
-def test_a_user_granted_one_site_sees_that_sites_health_only(settings: Settings) -> None:
-    app = user_page(settings, "ana")
+def test_a_user_granted_one_site_sees_that_sites_health_only(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = user_page(settings, "ana", monkeypatch)
     assert not app.exception and not app.error
     page = shown(app)
     leaked = [marker for marker in (*WHOLE_INSTANCE, *SITE_B_ONLY) if marker in page]
@@ -179,7 +184,9 @@ def test_a_user_granted_one_site_sees_that_sites_health_only(settings: Settings)
     assert str(A_AUDIT) in page
 
 
-def test_a_user_granted_every_site_sees_the_whole_instance_but_not_another_sites_own_audit(settings: Settings) -> None:
-    page = shown(user_page(settings, "root"))
+def test_a_user_granted_every_site_sees_the_whole_instance_but_not_another_sites_own_audit(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = shown(user_page(settings, "root", monkeypatch))
     assert all(marker in page for marker in ("424,242", "31,337", "987654", CHECK)), "whole-instance health"
     assert not any(marker in page for marker in SITE_B_ONLY), "site B's own audit and quarantine are B's page's"
