@@ -15,8 +15,10 @@ from query.aggregates import AggregateReport, Aggregates, Range, Totals
 from query.raw import RawQuery
 from query.report import Report
 from query.sources import Sources
+from tally.annotations import MAX_TEXT, AnnotationError, add_annotation, annotations_for
 from tally.lag import describe_lag
 from tally.quarantine import quarantined
+from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
 
 
@@ -64,6 +66,22 @@ def figures(report: Report, view: View, days: Range, today: dt.date, grain: str)
         key = (view.site, days.start, days.end, tuple(sorted(view.filters.items())), report.exact)
         return past_figures(report, key, grain)
     return report.totals(), report.series(grain)
+
+
+def annotate(settings: Settings, site_id: str, today: dt.date) -> None:
+    """A form under the chart to note something on a day (``tally annotate`` does the same)."""
+    with st.expander("Annotate a day"), st.form("annotate", clear_on_submit=True):
+        day = st.date_input("Day (UTC)", value=today, max_value=today + dt.timedelta(days=366))
+        text = st.text_input("Note", max_chars=MAX_TEXT, placeholder="launched the pricing page", key="annotation_text")
+        if st.form_submit_button("Add to the chart") and isinstance(day, dt.date):
+            try:
+                add_annotation(
+                    settings, site_id=site_id, day=day, text=text, author="dashboard", now=dt.datetime.now(dt.UTC)
+                )
+            except AnnotationError as e:
+                st.error(str(e), icon=None)
+            else:
+                st.rerun()
 
 
 def data_age(agg: Aggregates, site_id: str, now: dt.datetime, refresh: int) -> None:
@@ -146,13 +164,17 @@ def show(
                 "No page views in this range yet. Start traffic with `tally traffic`, or embed the snippet shown by "
                 "`tally up` in a page of this site. Views update every few seconds."
             )
-        panels.kpis(current, before, report.exact)
-        panels.time_series(series, before_series, grain)
+        panels.kpis(current, before, report.exact, meaning)
+        panels.time_series(series, before_series, grain, annotations_for(settings, view.site, days.start, days.end))
         data_age(agg, view.site, now, refresh)
         return current
 
     previous_days = Range(*view.previous(today))
+    site = settings.site(view.site)
+    meaning = visitors_meaning(site.salt_period if site else "day", days.start, days.end)
     current = headline()
+    if not read_only:
+        annotate(settings, view.site, today)
     panels.top_tables(report)
     panels.events_and_goals(report, current, view.goals)
     panels.custom_properties(AggregateReport(agg, view.site, days), filtered=view.filtered)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -18,6 +19,7 @@ from dashboard.view import View
 from query.aggregates import AggregateReport, Aggregates, Range, Totals, realtime_visitors
 from query.goals import Step
 from query.report import Report
+from tally.annotations import Annotation
 from tally.lag import describe_lag
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.settings import Settings
@@ -47,17 +49,16 @@ def realtime(agg: Aggregates, site_id: str, now: dt.datetime) -> None:
     st.metric("Visitors in the last 5 minutes", shown, help="Hopping 5-minute window (agg.active_5m), HLL sketch.")
 
 
-def kpis(current: Totals, previous: Totals | None, exact: bool) -> None:
-    """Six KPIs, each with its change versus the previous period."""
+def kpis(current: Totals, previous: Totals | None, exact: bool, meaning: str) -> None:
+    """Six KPIs, each with its change versus the previous period; ``meaning`` says what "visitors"
+    counts over the range (:func:`tally.salt_periods.visitors_meaning`), shown under them."""
     before = previous
     cells = [*st.columns(3), *st.columns(3)]  # two rows: the ± bounds need the width
     cells[0].metric(
         "Unique visitors" + ("" if exact else " (≈)"),
         visitors_text(current.visitors, exact),
         _change(current.visitors.value, before.visitors.value if before else None),
-        help="Exact distinct visitor ids (drill-down)."
-        if exact
-        else "HLL union over the range; ± is the 95% bound. Visitor ids rotate daily: a range counts visitor-days.",
+        help="Exact distinct visitor ids (drill-down)." if exact else "HLL union over the range; ± is the 95% bound.",
     )
     cells[1].metric(
         "Page views", f"{current.pageviews:,}", _change(current.pageviews, before.pageviews if before else None)
@@ -81,17 +82,39 @@ def kpis(current: Totals, previous: Totals | None, exact: bool) -> None:
         f"{per_visit:.2f}" if per_visit is not None else "–",
         _change(per_visit, before.views_per_visit if before else None),
     )
+    st.caption(f"Visitors here are {meaning}.")
 
 
-def time_series(current: pd.DataFrame, previous: pd.DataFrame | None, grain: str) -> None:
-    """Page views and visitors per bucket, the previous period overlaid on the same axis."""
+def time_series(
+    current: pd.DataFrame, previous: pd.DataFrame | None, grain: str, notes: list[Annotation] | None = None
+) -> None:
+    """Page views and visitors per bucket, the previous period overlaid on the same axis, and the
+    range's annotations as dashed rules with their text (SVG text: never Markdown or HTML)."""
     st.subheader(f"Page views and visitors per {grain}")
     chart = current[["time", "pageviews", "visitors"]].rename(
         columns={"pageviews": "Page views", "visitors": "Visitors"}
     )
     if previous is not None and len(previous) == len(current):
         chart["Page views (previous period)"] = previous["pageviews"].to_numpy()
-    st.line_chart(chart, x="time")
+    long = chart.melt("time", var_name="series", value_name="count")
+    lines = (
+        alt.Chart(long)
+        .mark_line()
+        .encode(x=alt.X("time:T", title=None), y=alt.Y("count:Q", title=None), color=alt.Color("series:N", title=None))
+    )
+    layers: list[alt.Chart] = [lines]
+    if notes:
+        marks = pd.DataFrame(
+            {"time": [pd.Timestamp(n.day, tz="UTC") for n in notes], "note": [f"{n.day}: {n.text}" for n in notes]}
+        )
+        rules = alt.Chart(marks).mark_rule(strokeDash=[4, 4], color="gray").encode(x="time:T", tooltip=["note:N"])
+        labels = (
+            alt.Chart(marks)
+            .mark_text(align="left", dx=3, dy=-4, color="gray")
+            .encode(x="time:T", y=alt.value(8), text="note:N")
+        )
+        layers += [rules, labels]
+    st.altair_chart(alt.layer(*layers).properties(height=320), width="stretch")
 
 
 def table(title: str, frame: pd.DataFrame, key: str, *, exact: bool, value_label: str) -> None:

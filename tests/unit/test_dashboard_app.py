@@ -14,6 +14,7 @@ from dashboard.auth import write_file_users
 from dashboard.passwords import hash_password
 from dashboard.sessions import Sessions
 from quality.quarantine import record_statuses
+from tally.annotations import load_annotations
 from tally.quarantine import PartitionStatus
 from tally.settings import DashboardUser, Settings, load_settings
 
@@ -55,6 +56,18 @@ def test_a_logged_in_user_sees_the_report_with_an_empty_warehouse(settings: Sett
     assert {"Unique visitors (≈)", "Page views", "Visits", "Bounce rate", "Visit duration"} <= set(labels)
     assert any("No page views in this range yet" in i.value for i in app.info)
     assert app.query_params["site"] == "demo.tally.local"
+    assert any(c.value.startswith("Visitors here are") and "daily visitor ids" in c.value for c in app.caption)
+
+
+def test_an_annotation_made_on_the_page_is_kept_for_the_chart_and_the_api(settings: Settings) -> None:
+    app = logged_in(settings).run()
+    app.text_input(key="annotation_text").input("launched the pricing page")
+    next(b for b in app.button if b.label == "Add to the chart").click().run()
+    assert not app.exception
+    notes = load_annotations(settings)
+    assert [(n.site_id, n.text, n.author) for n in notes] == [
+        ("demo.tally.local", "launched the pricing page", "dashboard")
+    ]
 
 
 def test_a_user_cannot_open_a_site_not_granted_by_editing_the_url(settings: Settings) -> None:
