@@ -17,9 +17,9 @@ import pyarrow.compute as pc
 
 from query.aggregates import Aggregates, Range
 from tally.settings import Settings
-from tally.storage import archived_offset, find_table, read_frame
+from tally.storage import archived_offset, read_frame
 from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_RESULTS_SCHEMA
-from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_RESULTS, RAW_PAGEVIEWS, TRAFFIC_1M
+from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_RESULTS
 
 
 @dataclass(frozen=True)
@@ -32,20 +32,6 @@ class ArchiveLag:
     def age(self, now: dt.datetime) -> dt.timedelta:
         """How long the oldest unarchived message has waited (zero when none waits)."""
         return max(dt.timedelta(0), now - self.oldest) if self.oldest else dt.timedelta(0)
-
-
-def last_window_end(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetime | None:
-    rows = agg.rows(
-        TRAFFIC_1M.table,
-        site_id,
-        Range(today - dt.timedelta(days=1), today),
-        ["window_end"],
-        pc.field("dimension") == "all",
-    )
-    if rows.empty:
-        return None
-    newest: dt.datetime = pd.to_datetime(rows["window_end"], utc=True).max().to_pydatetime()
-    return newest
 
 
 def late_events(agg: Aggregates, days: Range) -> int:
@@ -108,32 +94,6 @@ def _oldest_timestamp(consumer: Any, positions: list[Any], *, timeout: float) ->
             if millis > 0:
                 oldest = millis if oldest is None else min(oldest, millis)
     return dt.datetime.fromtimestamp(oldest / 1000, dt.UTC) if oldest is not None else None
-
-
-def newest_raw_event(settings: Settings, site_id: str, today: dt.date) -> dt.datetime | None:
-    """The newest archived event of a site today or yesterday (event time), or None. Crawlers are
-    left out, as the views leave them out."""
-    table = find_table(settings, RAW_PAGEVIEWS)
-    if table is None:
-        return None
-    condition = (
-        (pc.field("event_date") >= today - dt.timedelta(days=1))
-        & (pc.field("event_date") <= today)
-        & (pc.field("site_id") == site_id)
-        & ~pc.field("is_bot")
-    )
-    times = table.to_pyarrow_dataset().to_table(columns=["event_time"], filter=condition).column("event_time")
-    newest = pc.max(times).as_py() if len(times) else None
-    return dt.datetime.fromtimestamp(newest / 1000, dt.UTC) if newest is not None else None
-
-
-def views_behind(newest_raw: dt.datetime | None, last_window: dt.datetime | None, today: dt.date) -> dt.timedelta:
-    """How far the views' newest minute (None: none since yesterday began) trails the newest
-    archived event of today or yesterday; zero when they are level or nothing was archived."""
-    if newest_raw is None:
-        return dt.timedelta(0)
-    since = last_window or dt.datetime.combine(today - dt.timedelta(days=1), dt.time(), dt.UTC)
-    return max(dt.timedelta(0), newest_raw - since)
 
 
 def latest_checks(settings: Settings) -> pd.DataFrame:

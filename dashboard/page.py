@@ -8,9 +8,10 @@ from collections.abc import Callable, Mapping
 import pandas as pd
 import streamlit as st
 
-from dashboard import health, panels
+from dashboard import panels
 from dashboard.controls import sidebar
 from dashboard.view import PRESETS, View, ViewError, from_query, to_query
+from query import freshness
 from query.aggregates import AggregateReport, Aggregates, Range, Totals
 from query.raw import RawQuery
 from query.report import Report
@@ -86,7 +87,7 @@ def annotate(settings: Settings, site_id: str, today: dt.date) -> None:
 
 def data_age(agg: Aggregates, site_id: str, now: dt.datetime, refresh: int) -> None:
     """How old the newest figures are (the newest closed minute of agg.traffic_1m), and how often they refresh."""
-    last = health.last_window_end(agg, site_id, now.date())
+    last = freshness.newest_window_end(agg, site_id, now.date())
     age = f"newest data {describe_lag(max(now - last, dt.timedelta(0)))} old" if last else "no data today or yesterday"
     every = f" · refreshes every {refresh} s" if refresh else ""
     st.caption(f"Live: {age}{every} · as of {now:%H:%M:%S} UTC")

@@ -16,6 +16,7 @@ import streamlit as st
 from dashboard import health
 from dashboard.export import safe_csv
 from dashboard.view import View
+from query import freshness
 from query.aggregates import AggregateReport, Aggregates, Range, Totals, realtime_visitors
 from query.goals import Step
 from query.report import Report
@@ -262,10 +263,10 @@ def data_health(
     st.subheader("Data health")
     cells = st.columns(3)
     limit = dt.timedelta(minutes=settings.alerts.lag_minutes)
-    last = health.last_window_end(agg, site_id, now.date())
+    last = freshness.newest_window_end(agg, site_id, now.date())
     age = max(0.0, (now - last).total_seconds() / 60) if last else None
     cells[0].metric("Last data", f"{age:.0f} min ago" if age is not None else "none today or yesterday")
-    behind = health.views_behind(health.newest_raw_event(settings, site_id, now.date()), last, now.date())
+    behind = freshness.views_lag(freshness.newest_event(settings, site_id, now.date()), last, now.date())
     if behind > limit:
         st.error(
             f"Alert: the views are {describe_lag(behind)} behind the archived events of this site (limit"

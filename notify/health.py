@@ -16,15 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
-import pyarrow.compute as pc
 
-from query.aggregates import Aggregates, Range
+from query.aggregates import Aggregates
+from query.freshness import newest_event, newest_window_end, views_lag
 from tally.lag import describe_lag
 from tally.log import kv
 from tally.quarantine import quarantined
 from tally.settings import Settings
-from tally.storage import find_table
-from tally.tables import RAW_PAGEVIEWS, TRAFFIC_1M
 
 log = logging.getLogger("tally.notify")
 
@@ -60,47 +58,17 @@ class Health:
 
     def lines(self) -> list[str]:
         """The status for people: one line per figure."""
-        archive = describe_lag(self.archive_lag) if self.archive_lag is not None else "unknown (archiver metrics off)"
+        archive = (
+            describe_lag(self.archive_lag)
+            if self.archive_lag is not None
+            else "unknown (the archiver's metrics did not answer)"
+        )
         return [
             f"status: {self.status}",
             f"views lag: {describe_lag(self.views_lag)}",
             f"archive lag: {archive}",
             f"quarantined partitions: {', '.join(self.quarantined) if self.quarantined else 'none'}",
         ]
-
-
-def newest_window_end(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetime | None:
-    """The end of the site's newest ``agg.traffic_1m`` window today or yesterday, or None."""
-    days = Range(today - dt.timedelta(days=1), today)
-    rows = agg.rows(TRAFFIC_1M.table, site_id, days, ["window_end"], pc.field("dimension") == "all")
-    if rows.empty:
-        return None
-    newest = rows["window_end"].max()
-    return newest.to_pydatetime().astimezone(dt.UTC) if newest is not None else None
-
-
-def newest_event(settings: Settings, site_id: str, today: dt.date) -> dt.datetime | None:
-    """The newest archived non-bot event of a site today or yesterday (event time), or None."""
-    table = find_table(settings, RAW_PAGEVIEWS)
-    if table is None:
-        return None
-    condition = (
-        (pc.field("event_date") >= today - dt.timedelta(days=1))
-        & (pc.field("event_date") <= today)
-        & (pc.field("site_id") == site_id)
-        & ~pc.field("is_bot")
-    )
-    times = table.to_pyarrow_dataset().to_table(columns=["event_time"], filter=condition).column("event_time")
-    newest = pc.max(times).as_py() if len(times) else None
-    return dt.datetime.fromtimestamp(newest / 1000, dt.UTC) if newest is not None else None
-
-
-def views_lag(newest_raw: dt.datetime | None, newest_window: dt.datetime | None, today: dt.date) -> dt.timedelta:
-    """How far the views trail the archived events (zero when level or nothing archived), as the dashboard says."""
-    if newest_raw is None:
-        return dt.timedelta(0)
-    since = newest_window or dt.datetime.combine(today - dt.timedelta(days=1), dt.time(), dt.UTC)
-    return max(dt.timedelta(0), newest_raw - since)
 
 
 def quarantined_of(settings: Settings, site_id: str) -> tuple[str, ...]:

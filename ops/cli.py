@@ -12,6 +12,7 @@ from ops.annotate_commands import add_annotate_arguments, run_annotate
 from ops.apikey_commands import add_apikey_arguments, run_apikey
 from ops.bootstrap import setup
 from ops.job_commands import add_backfill_arguments, cmd_backfill
+from ops.notify_commands import add_alerts_arguments, add_report_arguments, run_alerts, run_report
 from ops.processes import ProcessError
 from ops.quality_commands import add_audit_arguments, add_check_arguments, run_audit, run_check
 from ops.schedule import add_arguments as add_schedule_arguments
@@ -245,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_user_arguments(user)
     share = add("share", run_share, "Create, list and revoke signed, expiring, read-only dashboard share links.")
     add_share_arguments(share)
+    report = add("report", run_report, "Send the scheduled reports of notify.reports (e-mail, webhook), once each.")
+    add_report_arguments(report)
+    alerts = add("alerts", run_alerts, "Check the alert rules of notify.alerts and send new alerts; list incidents.")
+    add_alerts_arguments(alerts)
     return parser
 
 

@@ -13,8 +13,9 @@ from streamlit.testing.v1 import AppTest
 
 import dashboard.health
 from archiver.lag import LagGauges
-from dashboard.health import ArchiveLag, views_behind
+from dashboard.health import ArchiveLag
 from jobs.late import batch_lag
+from query.freshness import views_lag as views_behind
 from tally.lag import LagAlarm, OffsetClock, describe_lag
 from tally.settings import Settings, load_settings
 from tally.storage import append_rows
@@ -142,7 +143,7 @@ def test_an_archive_lag_older_than_the_limit_is_an_alert_on_the_panel(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(dashboard.health, "archive_lag_total", lambda settings, **_: archive_lag_of(25.5))
-    app: AppTest = user_page(settings, "root")
+    app: AppTest = user_page(settings, "root", monkeypatch)
     assert not app.exception
     errors = [e.value for e in app.error]
     assert any("oldest message not yet archived has waited 25 min" in e for e in errors), errors
@@ -151,7 +152,7 @@ def test_an_archive_lag_older_than_the_limit_is_an_alert_on_the_panel(
 
 def test_a_young_archive_lag_is_no_alert(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dashboard.health, "archive_lag_total", lambda settings, **_: archive_lag_of(2))
-    app = user_page(settings, "root")
+    app = user_page(settings, "root", monkeypatch)
     assert not app.exception and not app.error
 
 
@@ -168,6 +169,6 @@ def test_views_far_behind_the_archived_events_are_an_alert_for_the_sites_own_vie
         "is_bot": False,
     }
     append_rows(settings, RAW_PAGEVIEWS, pa.Table.from_pylist([event], schema=RAW_PAGEVIEWS_SCHEMA))
-    app = user_page(settings, "ana")  # one site only: the views alert is about that site
+    app = user_page(settings, "ana", monkeypatch)  # one site only: the views alert is about that site
     errors = [e.value for e in app.error]
     assert any("the views are" in e and "behind the archived events of this site" in e for e in errors), errors

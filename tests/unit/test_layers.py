@@ -28,6 +28,7 @@ PACKAGES = (
     "dashboard",
     "api",
     "traffic",
+    "notify",
     "bench",
     "tests",
 )
@@ -79,6 +80,7 @@ def test_a_skeleton_that_follows_the_layers_passes(tmp_path: Path) -> None:
         ("tally/sketches.py", "import pyspark\n", "tally is not allowed to import pyspark"),
         ("query/engine.py", "import dashboard\n", "query is not allowed to import dashboard"),
         ("api/app.py", "import dashboard\n", "api is not allowed to import dashboard"),
+        ("notify/digest.py", "import dashboard\n", "notify is not allowed to import dashboard"),
         ("query/raw.py", "import pyspark\n", "query is not allowed to import pyspark"),
     ],
 )

@@ -1,0 +1,117 @@
+"""Messages for people: a report digest or an alert as a subject, plain text, and the figures as data.
+
+E-mail sends the subject and text; a webhook posts ``{"text": subject + text, "tally": data}``,
+which a Slack incoming webhook shows as a message and any other receiver can read as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from notify.digest import Digest, Figures, TopRow
+from notify.rules import EVERY_SITE, Finding
+
+
+@dataclass(frozen=True)
+class Message:
+    """One thing to tell: ``key`` names it in the ledger (the same key is never sent twice)."""
+
+    key: str
+    subject: str
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "–"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m {secs:02d}s"
+
+
+def _change(value: float | None) -> str:
+    return f"{value:+.1%}" if value is not None else "no previous figure"
+
+
+def _kpi_lines(digest: Digest) -> list[str]:
+    now: Figures = digest.current
+    shown = {
+        "visitors": f"≈ {now.visitors:,.0f} ± {now.visitors_bound:.1%}",
+        "pageviews": f"{now.pageviews:,}",
+        "visits": f"{now.visits:,}",
+        "bounce_rate": _percent(now.bounce_rate),
+        "visit_duration_s": _duration(now.visit_duration_s),
+    }
+    names = {
+        "visitors": "Unique visitors",
+        "pageviews": "Page views",
+        "visits": "Visits",
+        "bounce_rate": "Bounce rate",
+        "visit_duration_s": "Visit duration",
+    }
+    return [f"{names[m]}: {shown[m]} ({_change(digest.change(m))})" for m in names]
+
+
+def _top_lines(title: str, rows: tuple[TopRow, ...]) -> list[str]:
+    if not rows:
+        return [f"{title}: none in this period"]
+    return [f"{title}:"] + [f"  {r.pageviews:>8,}  {r.value}" for r in rows]
+
+
+def report_message(digest: Digest) -> Message:
+    """The digest as a message; figures as the dashboard shows them, the change in brackets."""
+    period = f"{digest.days.start} – {digest.days.end}"
+    previous = f"{digest.previous.start} – {digest.previous.end}"
+    lines = [
+        f"{digest.site}, {period} (UTC, bots excluded), change against {previous}:",
+        "",
+        *_kpi_lines(digest),
+        "",
+        *_top_lines("Top pages (page views)", digest.top_pages),
+        *_top_lines("Top sources (page views)", digest.top_sources),
+        "",
+        "Data health:",
+        *(f"  {line}" for line in digest.health.lines()),
+        *(f"  attention: {p}" for p in digest.health.problems),
+    ]
+    return Message(
+        key=f"report:{digest.site}:{digest.period}:{digest.days.start}",
+        subject=f"Tally {digest.period} report: {digest.site}, {period}",
+        text="\n".join(lines) + "\n",
+        data=digest.as_data(),
+    )
+
+
+RULE_TITLES = {
+    "traffic_threshold": "traffic past its threshold",
+    "traffic_unusual": "traffic far from usual",
+    "tracking_stopped": "tracking stopped",
+    "deadletter_surge": "dead-letter surge",
+    "archive_lag": "archive lag",
+    "views_lag": "views lag",
+    "quarantine": "quarantined partition",
+}
+
+
+def alert_message(finding: Finding, since: str, *, recovery: bool) -> Message:
+    """An alert (or its recovery) for one incident; ``since`` (ISO time) keys the incident."""
+    title = RULE_TITLES.get(finding.rule, finding.rule)
+    where = "every site" if finding.site == EVERY_SITE else finding.site
+    if recovery:
+        subject = f"Tally resolved: {title} on {where}"
+        text = f"Resolved: {title} on {where} (since {since}) is over.\nIt was: {finding.summary}\n"
+    else:
+        subject = f"Tally alert: {title} on {where}"
+        text = f"{finding.summary}\n\n(one alert per incident; a message follows when it is over)\n"
+    kind = "recovery" if recovery else "alert"
+    return Message(
+        key=f"{kind}:{finding.site}:{finding.rule}:{since}",
+        subject=subject,
+        text=text,
+        data={"kind": kind, "rule": finding.rule, "site": finding.site, "since": since, "summary": finding.summary},
+    )
