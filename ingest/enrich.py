@@ -133,12 +133,14 @@ class Client:
         self.client_hash = client_hash(salt, client_ip)
         self._visitor_ids: dict[str, str] = {}
 
-    def visitor_id(self, site_id: str) -> str:
-        """The client's visitor id on one site (a client's events are nearly always of one site)."""
-        found = self._visitor_ids.get(site_id)
+    def visitor_id(self, site_id: str, salt: bytes | None = None) -> str:
+        """The client's visitor id on one site (a client's events are nearly always of one site),
+        under the site's period salt (``salt``; None: the day's, the default period)."""
+        key = site_id if salt is None else f"{site_id}\x1f{salt.hex()}"
+        found = self._visitor_ids.get(key)
         if found is None:
-            found = visitor_id(self._salt, site_id, self._ip, self._user_agent)
-            self._visitor_ids[site_id] = found
+            found = visitor_id(salt or self._salt, site_id, self._ip, self._user_agent)
+            self._visitor_ids[key] = found
         return found
 
 
@@ -180,6 +182,7 @@ def event_record(
     *,
     hash_routing: bool = False,
     query_params: tuple[str, ...] = (),
+    visitor_salt: bytes | None = None,
 ) -> EventRecord:
     """The stored event, from a validated beacon, the client that sent it and when it arrived.
 
@@ -207,7 +210,7 @@ def event_record(
         beacon.props_as_text() if beacon.p else {},  # props
         beacon.e,  # engagement_ms
         beacon.ld,  # load_ms
-        client.visitor_id(beacon.s),  # visitor_id
+        client.visitor_id(beacon.s, visitor_salt),  # visitor_id
         client.client_hash,  # client_hash
         agent.browser,  # browser
         agent.os,  # os

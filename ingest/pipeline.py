@@ -205,6 +205,10 @@ class Pipeline:
                     facts.ts_received,
                     hash_routing=bool(site and site.hash_routing),
                     query_params=site.query_params if site else (),
+                    # a week's or a month's salt for sites that keep ids that long (tally.salt_periods)
+                    visitor_salt=self.salts.salt_for(facts.ts_received, site.salt_period)
+                    if site and site.salt_period != "day"
+                    else None,
                 )
             except EnrichError as e:
                 error = {"field": "u (url)", "error": str(e)}

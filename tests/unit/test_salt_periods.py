@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
+import uuid
 from pathlib import Path
 
 import pytest
 
+from ingest.beacon import ParsedBody, parse_beacons
+from ingest.enrich import RequestFacts
+from ingest.pipeline import Pipeline
+from ingest.ratelimit import RateLimiter
 from ingest.salts import DAY_MS, SaltStore
 from tally.salt_periods import period_key, period_of, visitors_meaning
-from tally.settings import SettingsError, SiteSettings
+from tally.schema import PageViewEvent
+from tally.settings import Settings, SettingsError, SiteSettings
+from tests.unit.test_pipeline import MemoryStore
 
 MONDAY = dt.date(2026, 11, 23)
 
@@ -72,3 +81,28 @@ def test_what_visitors_means_is_said_in_plain_words(period: str, start: dt.date,
 def test_an_unknown_salt_period_is_refused_naming_the_site() -> None:
     with pytest.raises(SettingsError, match=r"sites \(a.example\).salt_period: 'year'"):
         SiteSettings("a.example", salt_period="year")
+
+
+def test_a_visitor_on_monday_and_wednesday_is_one_id_on_a_weekly_site_and_two_on_a_daily_one(tmp_path: Path) -> None:
+    weekly, daily = "weekly.example", "daily.example"
+    settings = Settings(
+        home=str(tmp_path),
+        sites=(SiteSettings(weekly, domains=(weekly,), salt_period="week"), SiteSettings(daily, domains=(daily,))),
+    )
+    store = MemoryStore()
+    pipe = Pipeline(settings, store, RateLimiter(site_events_per_second=1000))
+    ids: dict[str, list[str]] = {weekly: [], daily: []}
+    for day in (MONDAY, MONDAY + dt.timedelta(days=2), MONDAY + dt.timedelta(days=7)):
+        at = ms(day)
+        for n, site in enumerate((weekly, daily)):
+            body = [{"id": str(uuid.uuid4()), "s": site, "u": f"https://{site}/p{n}", "te": at, "ts": at}]
+            parsed = parse_beacons(json.dumps(body).encode(), max_batch=50)
+            assert isinstance(parsed, ParsedBody)
+            outcome = asyncio.run(pipe.accept(parsed, RequestFacts("198.18.0.7", "Mozilla/5.0 Firefox/133.0", at)))
+            assert outcome.status == 202, outcome.body
+            (_, _, value), *_ = [r for r in store.appends[-1] if r[0] == settings.kafka.pageviews_topic]
+            ids[site].append(PageViewEvent.from_json(value).visitor_id)
+    monday, wednesday, next_monday = ids[weekly]
+    assert monday == wednesday != next_monday, "one id all week, a new one the week after"
+    assert len(set(ids[daily])) == 3, "a daily site's ids change every day"
+    assert len({ids[weekly][0], ids[daily][0]}) == 2, "ids differ between sites"
