@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import CommitProperties, Transaction
 
@@ -167,9 +167,22 @@ class ArchiveTable:
                 self._table = DeltaTable(self.uri, storage_options=self.options)
             except TableNotFoundError:
                 return None
+            self._add_new_columns(self._table)
         else:
             self._table.update_incremental()
         return self._table
+
+    def _add_new_columns(self, table: DeltaTable) -> None:
+        """Give a table written by an older Tally the schema's new columns (additive evolution) at once.
+
+        Appends would add them too (``schema_mode="merge"``), but only with the first new event:
+        until then, readers that ask for them (the views' backfill, the exact queries) would fail.
+        """
+        have = set(table.schema().to_arrow().names)
+        missing = [f for f in self.schema if f.name not in have]
+        if missing:
+            table.alter.add_columns([Field.from_arrow(f) for f in missing])
+            log.info("columns added", extra=kv(table=self.uri, columns=",".join(f.name for f in missing)))
 
     def next_offset(self, topic: str, partition: int) -> int | None:
         """The first offset of (topic, partition) not yet in this table, or None if none is."""

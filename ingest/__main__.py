@@ -14,8 +14,9 @@ from wsgiref.simple_server import WSGIServer
 
 import uvicorn
 
+from ingest.geo import CityDatabase
 from tally.log import setup_logging
-from tally.settings import load_settings
+from tally.settings import SettingsError, load_settings
 
 
 def serve_metrics(port: int) -> WSGIServer:
@@ -48,6 +49,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging()
     settings = load_settings()
+    if settings.geo.city_db_path:
+        try:  # the workers open it too: a missing or bad file stops ingest here, once, not each worker
+            CityDatabase(settings.geo.city_db_path).close()
+        except SettingsError as e:
+            sys.exit(f"python -m ingest: {e}")
     # Each worker writes its Prometheus counters here; serve_metrics sums them.
     port = args.port or settings.ingest.port
     metrics_dir = settings.home_dir / "ingest-metrics" / str(port)  # one per server, shared by its workers

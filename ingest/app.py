@@ -39,7 +39,7 @@ from ingest.blocks import BlockFollower
 from ingest.durable import DurableLog
 from ingest.enrich import RequestFacts, parse_agent
 from ingest.eventlog import EventLog
-from ingest.geo import country_of
+from ingest.geo import country_of, use_city_database
 from ingest.openapi import openapi_spec
 from ingest.pipeline import Outcome, Pipeline, log_startup
 from ingest.plausible_events import PlausibleEvents, plausible_event
@@ -302,6 +302,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     and ``pipeline``.
     """
     settings = settings or load_settings()
+    use_city_database(settings.geo.city_db_path)  # each worker opens it (memory-mapped) before its first request
     routes = [
         Route("/api/event", post_event, methods=["POST"]),
         Route("/api/event", preflight, methods=["OPTIONS"]),

@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import maxminddb
+
 from tally.settings import SettingsError
 
 # geoip2fast's IPv4 + IPv6 file, in its wheel. Measured (geoip2fast 1.2.2): it loads in 0.2-0.35 s
@@ -68,27 +70,24 @@ def location_of_record(record: object) -> Location:
 
 
 class CityDatabase:
-    """A MaxMind DB city database, opened once (memory-mapped: the workers share its pages)."""
+    """A MaxMind DB city database, opened once (memory-mapped, by the C reader when it is there)."""
 
-    def __init__(self, path: str) -> None:
-        import maxminddb
-
-        if not Path(path).is_file():
+    def __init__(self, path: Path) -> None:
+        if not path.is_file():
             raise SettingsError(
                 f"geo.city_db: {path!r} does not exist; download GeoLite2-City or dbip-city-lite there "
                 '(docs/CONFIGURATION.md), or set geo.city_db to "" for the country only'
             )
         try:
-            self._reader = maxminddb.open_database(path, maxminddb.MODE_MMAP)
-        except (OSError, ValueError) as e:  # maxminddb.InvalidDatabaseError is a ValueError
+            self._reader = maxminddb.open_database(str(path), maxminddb.MODE_AUTO)
+        except (OSError, ValueError, maxminddb.InvalidDatabaseError) as e:
             raise SettingsError(f"geo.city_db: {path!r} is not a MaxMind DB (.mmdb) file ({e})") from e
-        self.path = path
 
     def locate(self, ip: str) -> Location:
         """The record's location, or :data:`NOWHERE` when the database has none or cannot read it."""
         try:
             return location_of_record(self._reader.get(ip))
-        except ValueError:  # an address of a version the file lacks, or a damaged record
+        except (ValueError, maxminddb.InvalidDatabaseError):  # an IPv6 address in an IPv4 file; a damaged record
             return NOWHERE
 
     def close(self) -> None:
@@ -98,8 +97,8 @@ class CityDatabase:
 _city_database: CityDatabase | None = None
 
 
-def use_city_database(path: str) -> None:
-    """Answer every later lookup from the city database at ``path`` (``geo.city_db``; "" = country only).
+def use_city_database(path: Path | None) -> None:
+    """Answer every later lookup from the city database at ``path`` (``geo.city_db``; None: country only).
 
     Raises :class:`SettingsError` naming the setting when the file is missing or not a MaxMind DB.
     """

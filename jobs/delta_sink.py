@@ -95,6 +95,7 @@ def upsert(
             .merge(batch.alias("s"), condition)
             .whenMatchedUpdateAll()
             .whenNotMatchedInsertAll()
+            .withSchemaEvolution()  # additive: a view's new column (agg.sessions' region) joins an older table
             .execute()
         )
 
@@ -115,6 +116,7 @@ def replace_dates(
             in_range.write.format("delta")
             .mode("overwrite")
             .option("replaceWhere", condition)
+            .option("mergeSchema", "true")  # additive evolution, as upsert's
             .partitionBy(spec.partition_by)
             .save(settings.table_uri(spec.table))
         )

@@ -217,8 +217,8 @@ def _sessions(q: QualitySettings) -> Contract:
         columns=_ddl(
             "site_id STRING, visitor_id STRING, session_start TIMESTAMP, session_end TIMESTAMP, duration_ms BIGINT,"
             " pageviews BIGINT, events BIGINT, engaged_ms BIGINT, bounce BOOLEAN, entry_page STRING, exit_page STRING,"
-            " source STRING, channel STRING, campaign STRING, country STRING, browser STRING, os STRING,"
-            " device STRING, event_date DATE"
+            " source STRING, channel STRING, campaign STRING, country STRING, region STRING, city STRING,"
+            " browser STRING, os STRING, device STRING, event_date DATE"
         ),
         keys=("site_id", "visitor_id", "session_start"),
         not_null=_names("session_end duration_ms pageviews events engaged_ms bounce"),

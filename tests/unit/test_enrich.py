@@ -164,6 +164,8 @@ def test_the_event_record_holds_every_field_where_the_schema_has_it_and_encodes_
         "device": "mobile",
         "is_bot": False,
         "country": "GB",
+        "region": None,  # region and city only with geo.city_db (tests/unit/test_geo_city.py)
+        "city": None,
         "source": "s",
         "medium": "m",
         "channel": "Paid",
