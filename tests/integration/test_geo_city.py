@@ -138,8 +138,13 @@ def test_the_query_layer_answers_visit_city_and_visit_region(backfilled: Setting
     day = view(backfilled, TRAFFIC_1D.table)["event_date"].max()
     sources = Sources(backfilled)
     for metrics in (["pageviews"], ["visits"]):  # from agg.traffic_*, from agg.visits_*
-        body = {"site_id": SITE, "metrics": metrics, "date_range": [str(day), str(day)], "dimensions": ["visit:city"]}
-        answer = run(parse_query(body, today=day), sources)
+        by_city = {
+            "site_id": SITE,
+            "metrics": metrics,
+            "date_range": [str(day), str(day)],
+            "dimensions": ["visit:city"],
+        }
+        answer = run(parse_query(by_city, today=day), sources)
         assert answer.meta["source"] == "aggregates"
         assert {r["dimensions"][0] for r in answer.results} == {"London", "Berlin", "(none)"}
     body = {

@@ -6,9 +6,9 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
@@ -109,7 +109,7 @@ def csrf_of(html: str) -> str:
 
 def post_login(
     client: TestClient, name: str, password: str, *, origin: str | None = SITE_URL, next_url: str = "/?site=a.test"
-) -> httpx.Response:
+) -> Any:  # the test client's response (httpx's, or httpx2's where the MCP SDK installed it)
     token = csrf_of(client.get("/login").text)
     headers = {"Origin": origin} if origin else {}
     form = {"csrf": token, "user": name, "password": password, "next": next_url}

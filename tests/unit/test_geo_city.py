@@ -167,7 +167,13 @@ def test_an_ipv4_only_database_gives_ipv6_clients_no_location(tmp_path: Path) ->
 def test_a_raw_table_written_before_region_and_city_takes_them_on_the_next_append(tmp_path: Path) -> None:
     uri = str(tmp_path / "raw" / "pageviews")
     old_schema = pa.schema([f for f in RAW_PAGEVIEWS_SCHEMA if f.name not in ("region", "city")])
-    row = {"event_id": "e0", "type": "pageview", "site_id": "a.com", "url": "https://a.com/", "hostname": "a.com"}
+    row: dict[str, object] = {
+        "event_id": "e0",
+        "type": "pageview",
+        "site_id": "a.com",
+        "url": "https://a.com/",
+        "hostname": "a.com",
+    }
     row |= {"path": "/", "ts_event": 1, "ts_sent": 1, "ts_received": 1, "event_time": 1, "visitor_id": "v"}
     row |= {"country": "GB", "event_date": dt.date(2026, 3, 10)}
     older = TableBatch()
