@@ -21,6 +21,7 @@ from query.aggregates import AggregateReport, Aggregates, Range, Totals, realtim
 from query.goals import Step
 from query.report import Report
 from tally.annotations import Annotation
+from tally.dimensions import NONE_VALUE
 from tally.lag import describe_lag
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.settings import Settings
@@ -160,7 +161,17 @@ def top_tables(report: Report) -> None:
         with right:
             table("Devices", report.top("device"), "devices", exact=exact, value_label="Device")
     with countries:
-        table("Countries", report.top("country", limit=50), "countries", exact=exact, value_label="Country")
+        left, mid, right = st.columns(3)
+        with left:
+            table("Countries", report.top("country", limit=50), "countries", exact=exact, value_label="Country")
+        regions, cities = report.top("region", limit=50), report.top("city", limit=50)
+        if (cities["value"] == NONE_VALUE).all():  # no city database: say how to get one
+            st.caption("Regions and cities need a city database: set `geo.city_db` (docs/CONFIGURATION.md).")
+            return
+        with mid:
+            table("Regions", regions, "regions", exact=exact, value_label="Region")
+        with right:
+            table("Cities", cities, "cities", exact=exact, value_label="City")
 
 
 def events_and_goals(report: Report, totals: Totals, goals: tuple[Step, ...]) -> None:

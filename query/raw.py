@@ -32,7 +32,7 @@ _EVENT_COLUMNS = "visitor_id, event_time, event_id, type, path, name, engagement
 # Filters a drill-down applies: the dashboard's URL key -> event column in raw.pageviews (and
 # dimension in agg.traffic_*).
 FILTERS: dict[str, str] = {
-    key: RAW_DIMENSION_COLUMNS[key] for key in ("page", "source", "country", "device", "browser")
+    key: RAW_DIMENSION_COLUMNS[key] for key in ("page", "source", "country", "region", "city", "device", "browser")
 }
 # The dashboard's words for dimensions and filters, in the Stats API's (query.spec.DIMENSIONS).
 _API_AUDIENCE = {name: f"visit:{'utm_campaign' if name == 'campaign' else name}" for name in AUDIENCE_DIMENSIONS}
