@@ -77,7 +77,7 @@ async def _json_body(request: Request, answering: Answering) -> Any:
         raise answering.body_too_large()
     try:
         return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nested thousands deep
         raise Refused(400, "the request body is not valid JSON") from e
 
 

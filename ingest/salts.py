@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tally.log import kv
-from tally.salt_periods import period_key, same_kind
+from tally.salt_periods import SALT_PERIODS, period_key, same_kind
 
 DAY_MS = 86_400_000
 MIN_SALT_BYTES = 32
@@ -48,11 +48,11 @@ class SaltStore:
         cached = self._cache.get(period)
         if cached and cached[0] == day_number:
             return cached[1]
-        key = period_key(dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).date(), period)
-        salt = self._load_or_create(key)
+        day = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC).date()
+        salt = self._load_or_create(period_key(day, period))
         assert len(salt) >= MIN_SALT_BYTES, "a short salt must never be used, let alone cached"
         self._cache[period] = (day_number, salt)
-        self._delete_older_than(key)
+        self._delete_ended(day)
         return salt
 
     def _load_or_create(self, key: str) -> bytes:
@@ -102,11 +102,13 @@ class SaltStore:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _delete_older_than(self, key: str) -> None:
-        """Delete the salts (and leftover temporary files) of earlier periods of the same kind."""
+    def _delete_ended(self, day: dt.date) -> None:
+        """Delete the salts (and leftover temporary files) of every period, of every kind, that ended
+        before ``day``: also a week's or a month's that no site uses any more."""
+        current = [period_key(day, kind) for kind in SALT_PERIODS]
         for old in [*self.folder.glob("*.salt"), *self.folder.glob("*.tmp")]:
             name = old.name.partition(".")[0]
-            if same_kind(name, key) and name < key:
+            if any(same_kind(name, key) and name < key for key in current):
                 old.unlink(missing_ok=True)
 
 

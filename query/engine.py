@@ -98,7 +98,11 @@ def run(query: Query, sources: Sources) -> Answer:
     labels = _time_labels(query, dimension(time_dims[0]).name) if time_dims else []
     if query.compare is not None:
         rows = _compared(query, rows, sources, labels, time_dims[0] if time_dims else None)
-        meta["comparison_date_range"] = [query.compare[0].isoformat(), query.compare[1].isoformat()]
+        meta["comparison_date_range"] = (
+            [t.isoformat() for t in query.compare_between]
+            if query.compare_between
+            else [query.compare[0].isoformat(), query.compare[1].isoformat()]
+        )
     if query.total_rows:
         meta["total_rows"] = len(rows)
     if query.time_labels and time_dims:
@@ -112,12 +116,18 @@ def _rows(query: Query, sources: Sources) -> tuple[list[dict[str, Any]], str]:
     if fits_aggregates(query):
         report = sources.aggregate_report(query.site_id, query.start, query.end)
         rows = _aggregate_rows(report, query)
+        if query.filters and len(rows) >= MAX_LIMIT:  # the view's list was cut: the filter may want rows past it
+            return _exact_rows(query, sources), "raw"
         if query.filters and query.dimension is not None and query.dimension.name != "props":
             kept = matching_values([r["dimensions"][0] for r in rows], query.dimensions[0], query.filters)
             rows = [r for r in rows if r["dimensions"][0] in kept]
         return rows, "aggregates"
+    return _exact_rows(query, sources), "raw"
+
+
+def _exact_rows(query: Query, sources: Sources) -> list[dict[str, Any]]:
     exact = sources.exact(query.site_id)
-    return (exact.answer(query) if exact is not None else []), "raw"
+    return exact.answer(query) if exact is not None else []
 
 
 def _on_own_dimension(query: Query) -> bool:
@@ -172,7 +182,14 @@ def _compared(
 ) -> list[dict[str, Any]]:
     """Each row with ``comparison``: the same dimensions over the comparison range, its metrics and the change."""
     assert query.compare is not None
-    before = dataclasses.replace(query, start=query.compare[0], end=query.compare[1], between=None, compare=None)
+    if query.compare_between is not None:  # a date-time range compares with the instants as long before
+        first, last = query.compare_between
+        end_day = (last - dt.timedelta(microseconds=1)).date()
+        before = dataclasses.replace(
+            query, start=first.date(), end=end_day, between=query.compare_between, compare=None, compare_between=None
+        )
+    else:
+        before = dataclasses.replace(query, start=query.compare[0], end=query.compare[1], between=None, compare=None)
     earlier = {tuple(r["dimensions"]): r["metrics"] for r in _rows(before, sources)[0]}
     position = query.dimensions.index(time_dim) if time_dim else -1
     lookup: dict[str, str] = {}

@@ -38,6 +38,7 @@ from tally.dimensions import AUDIENCE_DIMENSIONS, NONE_VALUE
 # (Plausible's `events`). With an event:goal dimension both count conversions.
 EVENT_METRICS = ("visitors", "pageviews", "events", "all_events", *PERCENTILE_METRICS)
 VISIT_SUMS = ("visits", "bounces", "duration_ms", "visit_pageviews")
+MEMORY_LIMIT = "2GB"  # per question answered from raw events
 # What a visit takes from its first event (the visit dimensions besides entry and exit page).
 VISIT_ATTRIBUTES = (*AUDIENCE_DIMENSIONS, "referrer", "utm_source", "utm_medium", "utm_content", "utm_term")
 _COLUMNS = "visitor_id, event_time, event_id, type, path, name, hostname, props, engagement_ms, load_ms, " + ", ".join(
@@ -49,7 +50,9 @@ Row = dict[str, Any]
 
 def open_events(raw: ds.Dataset, site_id: str, days: Range, columns: str) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with a view ``ev``: the site's non-bot events of the dates, those columns."""
-    con = duckdb.connect()
+    # Bounded, so that one question cannot take the machine: past the limit DuckDB spills to disk
+    # or fails the query (a 400 the engine reports), never the process.
+    con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": 2})
     con.register("raw", raw)
     # A view cannot take prepared parameters: the site is a configured id and the dates are
     # dates, quoted as SQL literals here.
@@ -102,9 +105,16 @@ class ExactQuery:
             else:
                 con.execute("CREATE TEMP VIEW evr AS SELECT * FROM ev")
             goals = self._goals(con, query)
-            con.execute("CREATE TEMP TABLE goals (label VARCHAR, kind VARCHAR, value VARCHAR)")
-            if goals:
-                con.executemany("INSERT INTO goals VALUES (?, ?, ?)", [(goal_label(g), g.kind, g.value) for g in goals])
+            con.register(
+                "goals",
+                pa.table(
+                    {
+                        "label": pa.array([goal_label(g) for g in goals], pa.string()),
+                        "kind": pa.array([g.kind for g in goals], pa.string()),
+                        "value": pa.array([g.value for g in goals], pa.string()),
+                    }
+                ),
+            )
             if _needs_visits(query):
                 con.execute(self._visits_sql())
             try:
@@ -296,20 +306,26 @@ def _dimension_sql(name: str, counting: str) -> str:
     return f"e.{d.column}"
 
 
-def _filter_sql(f: Filter, sql: _Sql, counting: str, goals: tuple[Step, ...]) -> str:
+def _filter_sql(f: Filter, sql: _Sql, counting: str, goals: tuple[Step, ...], negate: bool = False) -> str:
+    """The SQL condition of a filter tree, with ``not`` pushed down to the leaves (De Morgan), so
+    that a leaf that holds only for some kinds of event keeps that restriction when negated: "a
+    visit not to /x" is a visit with a page view of another page, never its engagement beacon."""
     if f.op in ("and", "or"):
-        return "(" + f" {f.op.upper()} ".join(_filter_sql(c, sql, counting, goals) for c in f.children) + ")"
+        joiner = {"and": " OR ", "or": " AND "}[f.op] if negate else f" {f.op.upper()} "
+        return "(" + joiner.join(_filter_sql(c, sql, counting, goals, negate) for c in f.children) + ")"
     if f.op == "not":
-        return f"NOT ({_filter_sql(f.children[0], sql, counting, goals)})"
-    negated, op = f.op.endswith("_not"), f.op.removesuffix("_not")
+        return _filter_sql(f.children[0], sql, counting, goals, not negate)
+    negated, op = f.op.endswith("_not") != negate, f.op.removesuffix("_not")
     if f.dimension == GOAL:
-        condition = _goal_filter(f, op, sql, goals)
-    else:
-        value = f"coalesce({_dimension_sql(f.dimension, counting)}, '{NONE_VALUE}')"
-        condition = "(" + " OR ".join(_match(value, op, v, f.case_sensitive, sql) for v in f.values) + ")"
-        if counting == "visit" and f.dimension == "event:page":
-            condition = f"(e.type = 'pageview' AND {condition})"  # a visit "to /pricing" viewed it
-    return f"NOT {condition}" if negated else condition
+        return _goal_filter(f, op, sql, goals, negated)
+    value = f"coalesce({_dimension_sql(f.dimension, counting)}, '{NONE_VALUE}')"
+    condition = "(" + " OR ".join(_match(value, op, v, f.case_sensitive, sql) for v in f.values) + ")"
+    condition = f"NOT {condition}" if negated else condition
+    if counting == "visit" and f.dimension == "event:page":
+        return f"(e.type = 'pageview' AND {condition})"  # a visit "to /pricing" viewed it
+    if dimension(f.dimension).name == "name":
+        return f"(e.type IN ('pageview', 'event') AND {condition})"  # engagement beacons are not events
+    return condition
 
 
 def _match(value: str, op: str, pattern: str, case_sensitive: bool, sql: _Sql) -> str:
@@ -323,8 +339,9 @@ def _match(value: str, op: str, pattern: str, case_sensitive: bool, sql: _Sql) -
     return f"{value} = {sql.bind(pattern)}"
 
 
-def _goal_filter(f: Filter, op: str, sql: _Sql, goals: tuple[Step, ...]) -> str:
-    """Events that complete one of the named goals (``is``) or one whose name contains a value."""
+def _goal_filter(f: Filter, op: str, sql: _Sql, goals: tuple[Step, ...], negated: bool) -> str:
+    """Events that complete one of the named goals (``is``) or one whose name contains a value
+    (``negated``: page views and custom events that complete none of them)."""
     if op == "matches":
         raise QueryError("filters", "'matches' on event:goal is not supported: use 'is' or 'contains'")
     known = {goal_label(g): g for g in goals}
@@ -337,15 +354,14 @@ def _goal_filter(f: Filter, op: str, sql: _Sql, goals: tuple[Step, ...]) -> str:
         else:
             hits = [g for label, g in known.items() if _within(value, label, f.case_sensitive)]
         chosen.extend(hits)
-    if not chosen:
-        return "false"
-    parts = []
-    for goal in chosen:
-        column = "e.path" if goal.kind == "page" else "e.name"
-        parts.append(
-            f"(e.type = '{'pageview' if goal.kind == 'page' else 'event'}' AND {column} = {sql.bind(goal.value)})"
-        )
-    return "(" + " OR ".join(parts) + ")"
+    # One bound list per kind, however many goals match: a goal per custom event name may be thousands.
+    pages = sorted({g.value for g in chosen if g.kind == "page"})
+    names = sorted({g.value for g in chosen if g.kind == "event"})
+    condition = (
+        f"((e.type = 'pageview' AND list_contains({sql.bind(pages)}::VARCHAR[], e.path)) OR "
+        f"(e.type = 'event' AND list_contains({sql.bind(names)}::VARCHAR[], e.name)))"
+    )
+    return f"(e.type IN ('pageview', 'event') AND NOT {condition})" if negated else condition
 
 
 def _goal_match(events: str, goals: str) -> str:

@@ -9,6 +9,7 @@ The body's shape follows https://plausible.io/docs/stats-api (``site_id``, ``dat
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from query.spec import (
 RANGE_SHORTCUTS = ("day", "24h", "7d", "28d", "30d", "91d", "month", "6mo", "12mo", "year", "all")
 KNOWN_KEYS = ("site_id", "date_range", "metrics", "dimensions", "filters", "order_by", "include", "pagination", "date")
 ALL_TIME_START = dt.date(2020, 1, 1)
+EARLIEST_DAY, LATEST_DAY = dt.date(2000, 1, 1), dt.date(9000, 12, 31)
 MAX_DIMENSIONS = 4  # each one multiplies the rows; Plausible's own queries rarely use more than two
 MAX_FILTER_VALUES = 100
 MAX_FILTER_TEXT = 1000  # "all": Tally refuses events before 2020 (quality.earliest_year)
@@ -38,6 +40,10 @@ def parse_query(body: Any, *, today: dt.date, now: dt.datetime | None = None) ->
     the instant ``24h`` ends at: the end of ``today`` unless given)."""
     if not isinstance(body, Mapping):
         raise QueryError("body", "the request body must be a JSON object")
+    try:
+        json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
+    except (UnicodeEncodeError, ValueError, RecursionError) as e:  # a lone surrogate ("\\ud800"), NaN
+        raise QueryError("body", "the body holds text that is not valid Unicode, or NaN/Infinity") from e
     unknown = sorted(set(body) - set(KNOWN_KEYS))
     if unknown:
         raise QueryError(unknown[0], f"key {unknown[0]!r} is not part of a query; known keys: {', '.join(KNOWN_KEYS)}")
@@ -73,6 +79,7 @@ def parse_query(body: Any, *, today: dt.date, now: dt.datetime | None = None) ->
         time_labels=bool(include.get("time_labels", False)),
         total_rows=bool(include.get("total_rows", False)),
         compare=_comparison(include.get("compare"), start, end),
+        compare_between=_shifted(include.get("compare"), between),
         limit=limit,
         offset=offset,
     )
@@ -124,7 +131,7 @@ def _instant(value: str, where: str) -> dt.datetime:
         raise QueryError(where, f"{where}: {value!r} is not an ISO date-time (2026-01-31T12:00:00Z)") from e
     if instant.tzinfo is None:
         instant = instant.replace(tzinfo=dt.UTC)  # as Plausible: a time without an offset is in the site's zone (UTC)
-    if not ALL_TIME_START.year <= instant.year <= 9000:
+    if not EARLIEST_DAY.year <= instant.year <= LATEST_DAY.year:
         raise QueryError(where, f"{where}: {value!r} is out of range")
     return instant.astimezone(dt.UTC)
 
@@ -260,7 +267,7 @@ def _comparison(value: Any, start: dt.date, end: dt.date) -> tuple[dt.date, dt.d
         return None
     if value == "previous_period":
         length = end - start + dt.timedelta(days=1)
-        return start - length, end - length
+        return start - length, end - length  # for a date-time range, the days its shifted instants touch
     if value == "year_over_year":
         return _year_before(start), _year_before(end)
     if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
@@ -269,6 +276,19 @@ def _comparison(value: Any, start: dt.date, end: dt.date) -> tuple[dt.date, dt.d
             raise QueryError("include", f"include.compare: a range of at most {MAX_RANGE_DAYS} days, start first")
         return first, last
     raise QueryError("include", f"include.compare is {', '.join(COMPARISONS)} or a pair of ISO dates")
+
+
+def _shifted(value: Any, between: tuple[dt.datetime, dt.datetime] | None) -> tuple[dt.datetime, dt.datetime] | None:
+    """The comparison of a date-time range: as long, just before, or a year earlier (None for days)."""
+    if between is None or value not in COMPARISONS:
+        return None
+    first, last = between
+    if value == "previous_period":
+        return first - (last - first), first
+    return (
+        dt.datetime.combine(_year_before(first.date()), first.timetz()),
+        dt.datetime.combine(_year_before(last.date()), last.timetz()),
+    )
 
 
 def _year_before(day: dt.date) -> dt.date:
@@ -297,6 +317,9 @@ def _list(value: Any, where: str) -> list[Any]:
 
 def _date(value: Any, where: str) -> dt.date:
     try:
-        return dt.date.fromisoformat(str(value))
+        day = dt.date.fromisoformat(str(value))
     except ValueError as e:
         raise QueryError(where, f"{where}: {value!r} is not an ISO date (YYYY-MM-DD)") from e
+    if not EARLIEST_DAY <= day <= LATEST_DAY:  # room for a year's comparison and week edges either side
+        raise QueryError(where, f"{where}: {value!r} is out of range ({EARLIEST_DAY} to {LATEST_DAY})")
+    return day

@@ -77,7 +77,7 @@ def dimension(name: str) -> Dimension:
     """The :class:`Dimension` of an API name, ``event:props:<key>`` included; KeyError if unknown."""
     if name.startswith(PROPS_PREFIX):
         key = name.removeprefix(PROPS_PREFIX)
-        if not key or len(key) > MAX_PROP_KEY:
+        if not key or len(key) > MAX_PROP_KEY or not key.isprintable():
             raise KeyError(name)
         return Dimension("event", "props", key, aggregated=False)
     return DIMENSIONS[name]
@@ -129,6 +129,7 @@ class Query:
     time_labels: bool = False
     total_rows: bool = False
     compare: tuple[dt.date, dt.date] | None = None  # the comparison range, when include.compare asks for one
+    compare_between: tuple[dt.datetime, dt.datetime] | None = None  # ... of a date-time range
     limit: int = MAX_LIMIT
     offset: int = 0
 

@@ -71,7 +71,7 @@ def clean_text(text: str) -> str:
         raise AnnotationError("an annotation needs some text")
     if len(text) > MAX_TEXT:
         raise AnnotationError(f"an annotation is at most {MAX_TEXT} characters (this one has {len(text)})")
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in text):
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in text):
         raise AnnotationError("an annotation may not contain control or invisible formatting characters")
     return text
 

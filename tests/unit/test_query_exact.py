@@ -17,9 +17,9 @@ import pytest
 from query.engine import Answer, fits_aggregates, run
 from query.exact import ExactQuery
 from query.goals import Step
-from query.plausible import parse_query
+from query.plausible import parse_filter, parse_query
 from query.report import Report
-from query.spec import QueryError
+from query.spec import Filter, Query, QueryError
 
 SITE = "shop.example"
 TODAY = dt.date(2026, 11, 25)
@@ -395,3 +395,126 @@ def test_values_that_look_like_sql_are_only_ever_values() -> None:
 def test_a_query_goes_to_the_aggregates_only_when_they_hold_its_answer(body: dict[str, Any], fits: bool) -> None:
     query = parse_query({"site_id": SITE, "date_range": "7d", **body}, today=TODAY)
     assert fits_aggregates(query) is fits
+
+
+ONE_VISIT = [
+    {"site_id": SITE, "visitor_id": "v1", "type": "pageview", "path": "/x", "event_time": 1_000, "is_bot": False},
+    {"site_id": SITE, "visitor_id": "v1", "type": "engagement", "path": "/x", "event_time": 9_000, "is_bot": False},
+    {
+        "site_id": SITE,
+        "visitor_id": "v1",
+        "type": "event",
+        "name": "signup",
+        "path": "/x",
+        "event_time": 9_500,
+        "is_bot": False,
+    },
+    {"site_id": SITE, "visitor_id": "v2", "type": "pageview", "path": "/y", "event_time": 2_000, "is_bot": False},
+    {"site_id": SITE, "visitor_id": "v2", "type": "engagement", "path": "/y", "event_time": 3_000, "is_bot": False},
+]
+
+
+def one_visit_sources() -> RawOnly:
+    day = dt.datetime.fromtimestamp(0, dt.UTC).date()
+    events = [{**e, "event_date": day, "event_id": f"o{i}"} for i, e in enumerate(ONE_VISIT)]
+    return RawOnly(events)
+
+
+@pytest.mark.parametrize(
+    ("filters", "visits"),
+    [
+        ([["is", "event:page", ["/x"]]], 1),
+        ([["is_not", "event:page", ["/x"]]], 1),  # v2's visit; never v1's beacon or custom event
+        ([["not", ["is", "event:page", ["/x"]]]], 1),
+        ([["not", ["or", [["is", "event:page", ["/x"]], ["is", "event:page", ["/y"]]]]]], 0),
+    ],
+)
+def test_a_page_filter_on_visits_reads_their_page_views_only(filters: list[Any], visits: int) -> None:
+    sources = one_visit_sources()
+    answer = sources.exact_query.answer(
+        Query(
+            SITE,
+            dt.date(1970, 1, 1),
+            dt.date(1970, 1, 1),
+            ("visits",),
+            filters=tuple(parse_filter(f, "f") for f in filters),
+        )
+    )
+    assert answer[0]["metrics"]["visits"] == visits if answer else visits == 0
+
+
+def test_an_event_name_filter_never_counts_engagement_beacons() -> None:
+    sources = one_visit_sources()
+    custom = Filter("is_not", dimension="event:name", values=("pageview",))
+    rows = sources.exact_query.answer(
+        Query(SITE, dt.date(1970, 1, 1), dt.date(1970, 1, 1), ("visitors",), filters=(custom,))
+    )
+    assert rows[0]["metrics"]["visitors"] == 1, "only v1 sent a custom event"
+
+
+def test_a_goal_contains_filter_over_thousands_of_event_names_is_one_bound_list() -> None:
+    day = dt.date(2026, 11, 20)
+    at = int(dt.datetime.combine(day, dt.time(12), dt.UTC).timestamp() * 1000)
+    events = [
+        {
+            "site_id": SITE,
+            "visitor_id": f"v{i}",
+            "type": "event",
+            "name": f"name-{i}",
+            "path": "/",
+            "event_time": at,
+            "event_date": day,
+            "is_bot": False,
+            "event_id": f"g{i}",
+        }
+        for i in range(5000)
+    ]
+    query = parse_query(
+        {
+            "site_id": SITE,
+            "date_range": [day.isoformat(), day.isoformat()],
+            "metrics": ["visitors", "events"],
+            "filters": [["contains", "event:goal", ["", "name"]]],
+        },
+        today=TODAY,
+    )
+    ((row),) = RawOnly(events).exact_query.answer(query)
+    assert row["metrics"] == {"visitors": 5000, "events": 5000}
+
+
+def test_a_date_time_range_compares_with_as_long_just_before() -> None:
+    first = dt.datetime.combine(START + dt.timedelta(days=10), dt.time(6), dt.UTC)
+    body = {
+        "metrics": ["pageviews"],
+        "date_range": [first.isoformat(), (first + dt.timedelta(hours=12)).isoformat()],
+        "include": {"compare": "previous_period"},
+    }
+    answer = ask(body)
+    since = (first - dt.timedelta(hours=12, seconds=1)).timestamp() * 1000
+    until = first.timestamp() * 1000
+    before = sum(1 for e in LIVE if e["type"] == "pageview" and since <= e["event_time"] < until)
+    assert answer.results[0]["comparison"]["metrics"] == [before]
+    assert answer.meta["comparison_date_range"][1] == first.isoformat()
+
+
+@pytest.mark.parametrize(
+    ("body", "part"),
+    [
+        ({"metrics": ["visitors"], "filters": [["is", "event:page", ["\ud800"]]]}, "body"),
+        ({"metrics": ["visitors"], "dimensions": ["event:props:a\u0000b"]}, "dimensions"),
+        ({"metrics": ["visitors"], "date": "0001-01-02", "date_range": "7d"}, "date"),
+        ({"metrics": ["visitors"], "date_range": ["9999-12-30", "9999-12-31"]}, "date_range[0]"),
+        (
+            {
+                "metrics": ["visitors"],
+                "date_range": ["0001-01-01", "0001-01-03"],
+                "include": {"compare": "previous_period"},
+            },
+            "date_range[0]",
+        ),
+    ],
+)
+def test_hostile_bodies_are_refused_naming_the_part_not_crashing(body: dict[str, Any], part: str) -> None:
+    with pytest.raises(QueryError) as refused:
+        ask(body)
+    assert refused.value.part == part

@@ -47,10 +47,9 @@ def test_a_weekly_salt_is_the_same_all_week_and_deleted_when_the_week_ends(tmp_p
     assert next_week != monday
     names = {p.name for p in tmp_path.glob("*.salt")}
     assert "week-2026-W48.salt" not in names, "last week's salt is gone: ids cannot be linked across weeks"
-    assert "2026-11-23.salt" in names, "a weekly rotation does not touch the daily salts"
+    assert "2026-11-23.salt" not in names, "that day has ended too"
     store.salt_for(ms(MONDAY + dt.timedelta(days=8)), "day")
-    assert "2026-11-23.salt" not in {p.name for p in tmp_path.glob("*.salt")}
-    assert "week-2026-W49.salt" in {p.name for p in tmp_path.glob("*.salt")}
+    assert {p.name for p in tmp_path.glob("*.salt")} == {"week-2026-W49.salt", "2026-12-01.salt"}
 
 
 def test_a_monthly_salt_turns_over_on_the_first(tmp_path: Path) -> None:
@@ -106,3 +105,14 @@ def test_a_visitor_on_monday_and_wednesday_is_one_id_on_a_weekly_site_and_two_on
     assert monday == wednesday != next_monday, "one id all week, a new one the week after"
     assert len(set(ids[daily])) == 3, "a daily site's ids change every day"
     assert len({ids[weekly][0], ids[daily][0]}) == 2, "ids differ between sites"
+
+
+def test_a_weeks_salt_is_deleted_when_the_week_ends_even_if_no_site_asks_for_weeks_any_more(tmp_path: Path) -> None:
+    store = SaltStore(tmp_path)
+    store.salt_for(ms(MONDAY), "week")
+    store.salt_for(ms(MONDAY), "month")
+    store.salt_for(ms(MONDAY + dt.timedelta(days=7)), "day")  # the site went back to daily ids
+    assert not list(tmp_path.glob("week-*.salt")), "last week's salt outlived its week"
+    assert [p.name for p in tmp_path.glob("month-*.salt")] == ["month-2026-11.salt"], "November is not over"
+    store.salt_for(ms(dt.date(2026, 12, 1)), "day")
+    assert not list(tmp_path.glob("month-*.salt"))
