@@ -106,8 +106,11 @@ BENCHMARKS.append(
         f"{PY} bench.api",
         note="Each question through the API under uvicorn, over HTTP with a key: the first answer of a server"
         " just started, then 20 warm requests (p50, p95); the same question as a DuckDB scan of raw.pageviews"
-        " behind a warm reader (p50). The data set is bench.dashboard's (`--dashboard-events`). Not measured"
-        " yet: a comparison with the previous period and a props breakdown (the API does not answer them yet).",
+        " behind a warm reader (p50). The data set is bench.dashboard's (`--dashboard-events`). The six"
+        " questions of the issue: site totals of the last 30 days with the 30 before (two answers; the raw scan"
+        " reads both periods at once), pages and sources (a filter on the breakdown's own dimension is answered"
+        " from the aggregates), the plan property of signups (agg.props_1d), and a country filter answered"
+        " exactly from raw events with visits sessionised.",
     )
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}

@@ -49,7 +49,10 @@ Row = dict[str, Any]
 
 
 def open_events(raw: ds.Dataset, site_id: str, days: Range, columns: str) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with a view ``ev``: the site's non-bot events of the dates, those columns."""
+    """A DuckDB connection with a view ``ev``: the site's non-bot events of the dates, those columns
+    (a column a table written by an older Tally lacks, such as ``region``, reads as NULL)."""
+    present = set(raw.schema.names)
+    selected = ", ".join(c if c in present else f"NULL::VARCHAR AS {c}" for c in columns.split(", "))
     # Bounded, so that one question cannot take the machine: past the limit DuckDB spills to disk
     # or fails the query (a 400 the engine reports), never the process.
     con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": 2})
@@ -58,7 +61,7 @@ def open_events(raw: ds.Dataset, site_id: str, days: Range, columns: str) -> duc
     # dates, quoted as SQL literals here.
     site = site_id.replace("'", "''")
     con.execute(
-        f"CREATE TEMP VIEW ev AS SELECT {columns} FROM raw WHERE site_id = '{site}' "
+        f"CREATE TEMP VIEW ev AS SELECT {selected} FROM raw WHERE site_id = '{site}' "
         f"AND event_date BETWEEN DATE '{days.start.isoformat()}' AND DATE '{days.end.isoformat()}' "
         "AND NOT coalesce(is_bot, false)"
     )
@@ -122,6 +125,11 @@ class ExactQuery:
                 return dataclasses.replace(self, goals=goals)._rows(con, query)
             except duckdb.InvalidInputException as e:  # a `matches` pattern RE2 cannot compile
                 raise QueryError("filters", f"a filter's regular expression is not valid: {e}") from e
+            except duckdb.OutOfMemoryException as e:
+                raise QueryError(
+                    "body",
+                    f"this question needs more than {MEMORY_LIMIT} of memory: narrow the range or the dimensions",
+                ) from e
 
     def _goals(self, con: duckdb.DuckDBPyConnection, query: Query) -> tuple[Step, ...]:
         if self.goals or not _mentions(query, GOAL):

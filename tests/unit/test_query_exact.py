@@ -518,3 +518,15 @@ def test_hostile_bodies_are_refused_naming_the_part_not_crashing(body: dict[str,
     with pytest.raises(QueryError) as refused:
         ask(body)
     assert refused.value.part == part
+
+
+def test_a_raw_table_written_before_region_and_city_answers_them_as_none() -> None:
+    older = [{k: v for k, v in e.items() if k not in ("region", "city")} for e in EVENTS]
+    columns = {k: v for k, v in COLUMNS.items() if k not in ("region", "city")}
+    rows = {name: [e.get(name) for e in older] for name in columns}
+    rows["props"] = [list((e.get("props") or {}).items()) for e in older]
+    sources = RawOnly([])
+    sources.exact_query = ExactQuery(ds.dataset(pa.table(rows, schema=pa.schema(columns))), SITE, GAP_MS)
+    answer = ask({"metrics": ["pageviews"], "dimensions": ["visit:city", "visit:country"]}, sources)
+    assert {r["dimensions"][0] for r in answer.results} == {"(none)"}
+    assert sum(r["metrics"][0] for r in answer.results) == sum(e["type"] == "pageview" for e in LIVE)
