@@ -440,7 +440,11 @@ def test_plausible_docs_examples_tally_cannot_answer_name_the_part(
         ({"metrics": ["visitors"], "site_id": OTHER}, 403, "may not read site"),
         ({"metrics": ["visitors"], "pagination": {"limit": 10**7}}, 400, "pagination.limit"),
         ({"metrics": ["visitors"], "date_range": ["2020-01-01", "2026-03-01"]}, 400, "at most 400 days"),
-        ({"metrics": ["visitors"], "dimensions": ["visit:city_name"]}, 400, "dimension 'visit:city_name' is not supported"),
+        (
+            {"metrics": ["visitors"], "dimensions": ["visit:city_name"]},
+            400,
+            "dimension 'visit:city_name' is not supported",
+        ),
         ({"metrics": ["visitors"], "filters": [["matches", "event:page", ["(x"]]]}, 400, "regular expression"),
         ({"metrics": ["conversion_rate"]}, 400, "needs an event:goal"),
     ],
