@@ -14,7 +14,7 @@ run_pytest() {
   return $code
 }
 echo "== unit";        run_pytest -q tests/unit || status=1
-echo "== integration"; run_pytest -q tests/integration || status=1
-echo "== e2e";         run_pytest -q tests/e2e || status=1
+echo "== integration"; run_pytest -q --durations=12 tests/integration || status=1
+echo "== e2e";         run_pytest -q --durations=5 tests/e2e || status=1
 echo "== faults";      run_pytest -q tests/faults || status=1
 exit $status
