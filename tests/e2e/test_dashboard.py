@@ -142,8 +142,8 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
     assert match, f"unique visitors must be labelled approximate with a bound, got {visitors!r}"
     estimate, bound = int(match[1].replace(",", "")), float(match[2].lstrip("<"))
     assert abs(estimate - expected[1]) <= max(1, estimate * bound / 100), (estimate, bound, expected[1])
-    # What "visitors" means over the range on screen, in plain words (the site's salt period is a day).
-    page.get_by_text("Visitors here are unique visitors: daily visitor ids", exact=False).first.wait_for(timeout=10000)
+    # What "visitors" means over the 7 days on screen, in plain words (the site's salt period is a day).
+    page.get_by_text("Visitors here are daily visitor ids", exact=False).first.wait_for(timeout=10000)
 
     assert page.evaluate("window.__xss") is None and not dialogs, "a hostile string ran as code"
     assert page.locator("img[src='x'], img[src='y']").count() == 0, "a hostile string became an element"
