@@ -66,7 +66,7 @@ def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
             # Later than the batch killed last time: the restarted job redoes that one first, so
             # it is "in flight" before the new JVM even runs.
             in_flight = functools.partial(_batch_in_flight, iso, killed)
-            wait_for(in_flight, 120, f"a traffic micro-batch after {killed} to start")
+            wait_for(in_flight, 240, f"a traffic micro-batch after {killed} to start")
             killed = _last_batch(iso, "offsets")
             running = supervisor.find("views-restart")
             assert running is not None, "the views job died by itself; see its log"
@@ -81,7 +81,8 @@ def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
         for table in (TRAFFIC_1D.table, SESSIONS.table, VISITS_1D.table):
             # Sessions close one micro-batch after the watermark passes them, in a query of their own.
             complete = functools.partial(lambda t: view_pageviews(iso, t, SITE) == humans, table)
-            wait_for(complete, 180, f"{humans} page views in {table}")
+            # Bounded but generous: each restart replays the roll-up journal of four queries on 2 cores.
+            wait_for(complete, 420, f"{humans} page views in {table}")
     finally:
         supervisor.stop("views-restart")
     streamed = {spec: view(iso, spec.table) for spec in (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, SESSIONS, VISITS_1D)}
