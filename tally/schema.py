@@ -14,8 +14,10 @@ from typing import Any, Literal
 
 SCHEMA_VERSION = 1
 
-EventType = Literal["pageview", "event", "engagement"]
-EVENT_TYPES: tuple[str, ...] = ("pageview", "event", "engagement")
+# "vitals": Core Web Vitals and scroll depth of one page view (tally/vitals.py); like "engagement",
+# a beacon about a page view, neither a page view nor a custom event.
+EventType = Literal["pageview", "event", "engagement", "vitals"]
+EVENT_TYPES: tuple[str, ...] = ("pageview", "event", "engagement", "vitals")
 
 # name -> (Spark SQL type, who sets it). The order is the column order of raw.pageviews.
 FIELDS: dict[str, tuple[str, str]] = {
@@ -38,6 +40,13 @@ FIELDS: dict[str, tuple[str, str]] = {
     "props": ("MAP<STRING,STRING>", "tracker"),
     "engagement_ms": ("BIGINT", "tracker"),
     "load_ms": ("BIGINT", "tracker"),
+    # Core Web Vitals and scroll depth (tally/vitals.py): on "vitals" events, scroll depth on "engagement" too.
+    "lcp_ms": ("BIGINT", "tracker"),
+    "inp_ms": ("BIGINT", "tracker"),
+    "cls": ("DOUBLE", "tracker"),
+    "fcp_ms": ("BIGINT", "tracker"),
+    "ttfb_ms": ("BIGINT", "tracker"),
+    "scroll_depth": ("INT", "tracker"),
     "visitor_id": ("STRING", "ingest"),
     "client_hash": ("STRING", "ingest"),
     "browser": ("STRING", "ingest"),
@@ -99,6 +108,12 @@ class PageViewEvent:
     props: dict[str, str] = field(default_factory=dict)
     engagement_ms: int | None = None
     load_ms: int | None = None
+    lcp_ms: int | None = None
+    inp_ms: int | None = None
+    cls: float | None = None
+    fcp_ms: int | None = None
+    ttfb_ms: int | None = None
+    scroll_depth: int | None = None
     browser: str | None = None
     os: str | None = None
     device: str | None = None
@@ -134,6 +149,7 @@ _PYTHON_TYPES: dict[str, type] = {
     "BIGINT": int,
     "INT": int,
     "BOOLEAN": bool,
+    "DOUBLE": float,
     "MAP<STRING,STRING>": dict,
 }
 _EXPECTED: dict[str, type] = {name: _PYTHON_TYPES[sql] for name, (sql, _) in FIELDS.items()}

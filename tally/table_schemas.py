@@ -14,6 +14,7 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "BIGINT": pa.int64(),
     "INT": pa.int32(),
     "BOOLEAN": pa.bool_(),
+    "DOUBLE": pa.float64(),
     "DATE": pa.date32(),
     "MAP<STRING,STRING>": pa.map_(pa.string(), pa.string()),
 }

@@ -42,6 +42,8 @@ RATELIMIT = ViewSpec("agg.ratelimit", ("site_id", "client_hash", "window_start")
 LATE_EVENTS = ViewSpec("agg.late_events", ("query", "batch_id"))
 # Custom properties: per site, UTC day (window), event name, property key and value (tally/props.py).
 PROPS_1D = ViewSpec("agg.props_1d", ("site_id", "window_start", "name", "key", "value"))
+# Core Web Vitals and scroll depth: per site, UTC hour, dimension (all, page, device) and value (tally/vitals.py).
+VITALS_1H = ViewSpec("agg.vitals_1h", WINDOW_KEYS)
 
 # Every view a backfill recomputes, in dependency order (coarser grains read finer ones).
 BACKFILL_VIEWS = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1H, VISITS_1D, RATELIMIT, PROPS_1D)
