@@ -1,7 +1,8 @@
 """The ingest ASGI app: HTTP in, :class:`ingest.pipeline.Pipeline` does the work.
 
 Routes: ``POST /api/event`` (Tally's beacons, or Plausible's Events API body),
-``GET /api/event.gif`` (no-JS fallback), ``GET /t.js``, ``GET /healthz``, ``GET /openapi.json``.
+``GET /api/event.gif`` (no-JS fallback), ``GET /t.js``, ``GET /t.vitals.js`` (the Core Web Vitals
+extension), ``GET /healthz``, ``GET /openapi.json``.
 The endpoints are module-level functions; :func:`create_app` and :func:`lifespan` wire what
 they use onto ``app.state``. Prometheus
 metrics are not served here, on the public port, but by ``python -m ingest`` on
@@ -50,6 +51,7 @@ from tally.log import setup_logging
 from tally.settings import Settings, load_settings
 
 SNIPPET = Path(__file__).parent / "static" / "t.min.js"
+VITALS_SNIPPET = Path(__file__).parent / "static" / "t.vitals.min.js"  # built from tracker/vitals.js
 ACCEPTED_TYPES = ("text/plain", "application/json", "")
 CORS = {"Access-Control-Allow-Origin": "*"}
 encode_json = msgspec.json.Encoder().encode
@@ -226,11 +228,20 @@ async def pixel(request: Request) -> Response:
     return Response(PIXEL, outcome.status, media_type="image/gif", headers={"Cache-Control": "no-store"})
 
 
+def script_response(body: bytes) -> Response:
+    """A tracker script: JavaScript, cached for an hour, readable from any origin."""
+    headers = {"Cache-Control": "public, max-age=3600"} | CORS
+    return Response(body, media_type="application/javascript", headers=headers)
+
+
 async def snippet(request: Request) -> Response:
     """``GET /t.js``: the tracker script, read once by :func:`create_app`."""
-    snippet_bytes: bytes = request.app.state["snippet"]
-    headers = {"Cache-Control": "public, max-age=3600"} | CORS
-    return Response(snippet_bytes, media_type="application/javascript", headers=headers)
+    return script_response(request.app.state["snippet"])
+
+
+async def vitals_snippet(request: Request) -> Response:
+    """``GET /t.vitals.js``: the optional Core Web Vitals extension, read once by :func:`create_app`."""
+    return script_response(request.app.state["vitals_snippet"])
 
 
 async def healthz(request: Request) -> Response:
@@ -297,9 +308,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     Wires ``app.state`` for the endpoints: ``settings``, ``blocks`` (the published rate-limit
     blocks), ``limiter``, ``client_address`` (the trusted proxies, parsed once), ``snippet`` (the
-    tracker's bytes), ``openapi_spec`` and ``plausible_events`` (the sites by domain, for Plausible's
-    body); :func:`lifespan` adds each worker's ``durable_log``
-    and ``pipeline``.
+    tracker's bytes), ``vitals_snippet`` (the Core Web Vitals extension's), ``openapi_spec`` and
+    ``plausible_events`` (the sites by domain, for Plausible's body); :func:`lifespan` adds each
+    worker's ``durable_log`` and ``pipeline``.
     """
     settings = settings or load_settings()
     use_city_database(settings.geo.city_db_path)  # each worker opens it (memory-mapped) before its first request
@@ -308,6 +319,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/api/event", preflight, methods=["OPTIONS"]),
         Route("/api/event.gif", pixel, methods=["GET"]),
         Route("/t.js", snippet, methods=["GET"]),
+        Route("/t.vitals.js", vitals_snippet, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ]
@@ -320,6 +332,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         trusted_proxies=settings.ingest.trusted_proxies, header=settings.ingest.proxy_header
     )
     app.state.snippet = SNIPPET.read_bytes()
+    app.state.vitals_snippet = VITALS_SNIPPET.read_bytes()
     app.state.openapi_spec = openapi_spec(max_batch=settings.ingest.max_batch)
     app.state.plausible_events = PlausibleEvents(sites=settings.sites)
     return app
