@@ -14,9 +14,19 @@ from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from tally.schema import EVENT_TYPES, SCHEMA_VERSION
+from tally.vitals import SCROLL_DEPTH_COLUMN, SCROLL_DEPTH_KEY, SCROLL_DEPTH_MAX, VITALS, VITALS_BY_NAME, VITALS_TYPE
 
 MAX_TEXT = 2000
 MAX_PROPS = 20
@@ -29,6 +39,12 @@ FORMULA_PREFIXES = ("=", "+", "-", "@")
 # the streaming watermark would jump past every other visitor's events (then dropped as late).
 MAX_SEND_DELAY_MS = 7 * 86_400_000  # how long an event may wait on the device before it is sent
 MAX_CLOCK_SLIP_MS = 60_000  # te is read before ts on the same clock; tolerate a little slip
+
+# Core Web Vitals (tally/vitals.py): beacon keys, only on "vitals" events; scroll depth on these too.
+VITAL_KEYS: tuple[str, ...] = tuple(v.name for v in VITALS)
+SCROLL_DEPTH_TYPES: tuple[str, ...] = (VITALS_TYPE, "engagement")
+VITALS_AND_SCROLL_KEYS: tuple[str, ...] = (*VITAL_KEYS, SCROLL_DEPTH_KEY)
+_LCP, _INP, _CLS, _FCP, _TTFB = (VITALS_BY_NAME[key] for key in VITAL_KEYS)
 
 # Short wire keys -> readable names, for error messages.
 WIRE_NAMES: dict[str, str] = {
@@ -48,6 +64,8 @@ WIRE_NAMES: dict[str, str] = {
     "p": "props",
     "e": "engagement_ms",
     "ld": "load_ms",
+    **{v.name: v.column for v in VITALS},
+    SCROLL_DEPTH_KEY: SCROLL_DEPTH_COLUMN,
 }
 
 
@@ -74,6 +92,28 @@ def check_props(props: dict[str, Any]) -> None:
                 raise ValueError("property names must be valid Unicode text") from None
         if len(str(item)) > MAX_PROP_VALUE:
             raise ValueError(f"property {key!r}: values must be at most {MAX_PROP_VALUE} characters")
+
+
+def vitals_rule_errors(kind: str, given: dict[str, object]) -> list[tuple[str, str]]:
+    """(wire key, what to do) for each rule of the vitals keys an event breaks; ``given``: the
+    vitals and scroll-depth keys it carries, by wire key, with their (valid) values.
+
+    The rules need the event type, so they are checked after each key's own type and range.
+    """
+    errors = []
+    if kind != VITALS_TYPE:
+        errors += [
+            (key, f"only vitals events carry Core Web Vitals; send {key} with k: {VITALS_TYPE}")
+            for key in VITAL_KEYS
+            if given.get(key) is not None
+        ]
+    if given.get(SCROLL_DEPTH_KEY) is not None and kind not in SCROLL_DEPTH_TYPES:
+        errors.append(
+            (SCROLL_DEPTH_KEY, f"only {' and '.join(SCROLL_DEPTH_TYPES)} events carry a scroll depth; not {kind}")
+        )
+    if kind == VITALS_TYPE and all(given.get(key) is None for key in VITALS_AND_SCROLL_KEYS):
+        errors.append(("k", f"a vitals event carries at least one of {', '.join(VITAL_KEYS)}, {SCROLL_DEPTH_KEY}"))
+    return errors
 
 
 UUID_HEX = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -104,12 +144,25 @@ class Beacon(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     p: Annotated[dict[str, PropValue], Meta(max_length=MAX_PROPS)] = msgspec.field(default_factory=dict)
     e: Annotated[int, Meta(ge=0, le=86_400_000)] | None = None
     ld: Annotated[int, Meta(ge=0, le=3_600_000)] | None = None
+    # Core Web Vitals and scroll depth: bounds from tally/vitals.py; rules in vitals_rule_errors.
+    lcp: Annotated[int, Meta(ge=0, le=int(_LCP.upper))] | None = None
+    inp: Annotated[int, Meta(ge=0, le=int(_INP.upper))] | None = None
+    cls: Annotated[float, Meta(ge=0, le=_CLS.upper)] | None = None
+    fcp: Annotated[int, Meta(ge=0, le=int(_FCP.upper))] | None = None
+    ttfb: Annotated[int, Meta(ge=0, le=int(_TTFB.upper))] | None = None
+    sd: Annotated[int, Meta(ge=0, le=SCROLL_DEPTH_MAX)] | None = None
 
     def __post_init__(self) -> None:
         # msgspec turns a ValueError here into a validation error of the whole document.
         if self.k not in EVENT_TYPES:
             raise ValueError(f"k: must be one of {', '.join(EVENT_TYPES)}")
         check_sent_time(self.te, self.ts)
+        if self.k == VITALS_TYPE or any(getattr(self, key) is not None for key in VITALS_AND_SCROLL_KEYS):
+            given = {key: getattr(self, key) for key in VITALS_AND_SCROLL_KEYS}
+            for key, error in vitals_rule_errors(self.k, given):
+                raise ValueError(f"{key}: {error}")
+            if self.cls is not None:
+                msgspec.structs.force_setattr(self, "cls", self.cls + 0.0)  # -0.0 is stored as 0.0
         if self.p:
             check_props(self.p)
         if self.n is not None and self.n.startswith(FORMULA_PREFIXES):
@@ -147,6 +200,12 @@ class BeaconSchema(BaseModel):
     p: dict[str, str | int | float | bool] = Field(default_factory=dict, max_length=MAX_PROPS)
     e: int | None = Field(default=None, ge=0, le=86_400_000)
     ld: int | None = Field(default=None, ge=0, le=3_600_000)
+    lcp: int | None = Field(default=None, ge=0, le=int(_LCP.upper))
+    inp: int | None = Field(default=None, ge=0, le=int(_INP.upper))
+    cls: float | None = Field(default=None, ge=0, le=_CLS.upper, allow_inf_nan=False)
+    fcp: int | None = Field(default=None, ge=0, le=int(_FCP.upper))
+    ttfb: int | None = Field(default=None, ge=0, le=int(_TTFB.upper))
+    sd: int | None = Field(default=None, ge=0, le=SCROLL_DEPTH_MAX)
 
     @field_validator("k")
     @classmethod
@@ -168,6 +227,27 @@ class BeaconSchema(BaseModel):
     def _bounded_props(cls, value: dict[str, Any]) -> dict[str, Any]:
         check_props(value)
         return value
+
+    @field_validator(*VITALS_AND_SCROLL_KEYS)
+    @classmethod
+    def _on_an_event_type_that_carries_it(cls, value: float | None, info: ValidationInfo) -> float | None:
+        kind = info.data.get("k")  # absent when k itself is invalid: that error is named already
+        if value is None or kind is None:
+            return value
+        key_given = str(info.field_name)
+        for key, error in vitals_rule_errors(kind, {key_given: value}):
+            if key == key_given:
+                raise ValueError(error)
+        return value + 0.0 if key_given == _CLS.name else value  # -0.0 is stored as 0.0
+
+    @model_validator(mode="after")
+    def _vitals_with_a_measure(self) -> BeaconSchema:
+        # Only once every field is valid, so that a refused lcp is not also reported as missing.
+        if self.k == VITALS_TYPE:
+            given = {key: getattr(self, key) for key in VITALS_AND_SCROLL_KEYS}
+            for key, error in vitals_rule_errors(self.k, given):
+                raise PydanticCustomError("vitals_rule", error, {"field": key})
+        return self
 
     def beacon(self) -> Beacon:
         """The valid beacon these fields make (its name neutralised)."""
@@ -198,7 +278,8 @@ def _field_errors(error: ValidationError, index: int | None) -> tuple[dict[str, 
     found = []
     for item in error.errors(include_url=False):
         loc = [str(p) for p in item["loc"]]
-        wire = loc[0] if loc else ""
+        # A rule of several fields (a model validator) names the field at fault in its context.
+        wire = loc[0] if loc else str((item.get("ctx") or {}).get("field", ""))
         label = f"{wire} ({WIRE_NAMES[wire]})" if wire in WIRE_NAMES else ".".join(loc)
         where = f"[{index}]." if index is not None else ""
         found.append({"field": where + label, "error": item["msg"]})

@@ -210,6 +210,12 @@ def event_record(
         beacon.props_as_text() if beacon.p else {},  # props
         beacon.e,  # engagement_ms
         beacon.ld,  # load_ms
+        beacon.lcp,  # lcp_ms (the beacon's keys are tally.vitals.VITALS' names, the fields their columns)
+        beacon.inp,  # inp_ms
+        beacon.cls,  # cls: a float, -0.0 made 0.0 (ingest.beacon)
+        beacon.fcp,  # fcp_ms
+        beacon.ttfb,  # ttfb_ms
+        beacon.sd,  # scroll_depth
         client.visitor_id(beacon.s, visitor_salt),  # visitor_id
         client.client_hash,  # client_hash
         agent.browser,  # browser

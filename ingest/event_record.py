@@ -36,6 +36,12 @@ class EventRecord(msgspec.Struct, gc=False):
     props: dict[str, str]
     engagement_ms: int | None
     load_ms: int | None
+    lcp_ms: int | None
+    inp_ms: int | None
+    cls: float | None
+    fcp_ms: int | None
+    ttfb_ms: int | None
+    scroll_depth: int | None
     visitor_id: str
     client_hash: str
     browser: str | None
