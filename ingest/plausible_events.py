@@ -4,7 +4,8 @@ Reading and mapping are pure (no I/O); :meth:`PlausibleEvents.accept` hands the 
 pipeline. Plausible's script and its npm package (``@plausible-analytics/tracker``) send
 ``{"n", "u", "d", "r", "p", "i", "$", "h", "v"}``; its documented API takes the long names
 (``name``, ``url``, ``domain``, ``referrer``, ``props``, ``interactive``, ``revenue``,
-``hashMode``). The engagement event adds ``sd`` (scroll depth, %) and ``e`` (engaged time, ms).
+``hashMode``). The engagement event adds ``sd`` (scroll depth, %, kept as ``scroll_depth``) and
+``e`` (engaged time, ms).
 Each accepted event becomes a :class:`ingest.beacon.Beacon`, checked by the same rules as
 Tally's own, so enrichment, URL privacy, site checks, rate limits and dead letters are the
 pipeline's as for any beacon. What is not kept, and why: docs/EVENTS-API.md.
@@ -28,6 +29,7 @@ from ingest.enrich import RequestFacts
 from ingest.pipeline import Outcome, Pipeline
 from ingest.urls import split_url
 from tally.settings import SiteSettings
+from tally.vitals import SCROLL_DEPTH_KEY, SCROLL_DEPTH_MAX
 
 # Tally's own body always has these (beacon.py); a Plausible body never does.
 TALLY_REQUIRED_KEYS = frozenset({"id", "s", "te", "ts"})
@@ -39,7 +41,7 @@ WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
 
 SKIPPED = Counter(
     "tally_ingest_plausible_skipped_total",
-    "Plausible engagement events answered 202 but not stored (no engaged time Tally can report)",
+    "Plausible engagement events answered 202 but not stored (no engaged time nor scroll depth Tally can keep)",
     ["reason"],
 )
 
@@ -47,7 +49,8 @@ SKIPPED = Counter(
 @dataclass(frozen=True)
 class Skipped:
     """A Plausible event that is answered as a success but not stored; ``reason`` is from a closed set:
-    ``engagement_without_time`` (scroll depth only, or 0 ms) and ``engagement_over_a_day``."""
+    ``engagement_without_time`` (0 ms and no valid scroll depth) and ``engagement_over_a_day`` (likewise
+    without a scroll depth)."""
 
     reason: str
     message: str
@@ -96,11 +99,15 @@ def domain_index(sites: Sequence[SiteSettings]) -> dict[str, str]:
 
 
 def whole_number(value: Any) -> int | None:
-    """An integer, or a string of one (Plausible reads ``"sd": "40"`` too); None for anything else."""
+    """An integer, or a string of one (Plausible reads ``"sd": "40"`` too); None for anything else,
+    a string of more digits than Python converts (4,300) included."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and WHOLE_NUMBER.fullmatch(value):
-        return int(value)
+        try:
+            return int(value)
+        except ValueError:  # past sys.get_int_max_str_digits(): not a number anyone measured
+            return None
     return None
 
 
@@ -136,20 +143,46 @@ def read_props(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | Rejection:
     return key, props
 
 
-def read_engagement(event: dict[str, Any]) -> int | Rejection | Skipped:
-    """The engaged time of an engagement event in ms, read as Plausible reads ``sd`` and ``e``."""
-    scroll = whole_number(event.get("sd"))
+@dataclass(frozen=True)
+class Engagement:
+    """What an engagement event keeps: engaged time (ms) and scroll depth (%); at least one is set."""
+
+    engagement_ms: int | None
+    scroll_depth: int | None
+
+    def beacon_keys(self) -> dict[str, int]:
+        """The keys of Tally's engagement beacon these make (``e``, ``sd``), without the missing ones."""
+        keys = {"e": self.engagement_ms, SCROLL_DEPTH_KEY: self.scroll_depth}
+        return {key: value for key, value in keys.items() if value is not None}
+
+
+def read_scroll_depth(value: Any) -> int | None:
+    """``sd`` as Plausible reads it: an integer (or a string of one) from 0, over 100 taken as 100
+    (a page that grew while it was read); None for a negative number or anything else."""
+    scroll = whole_number(value)
+    if scroll is None or scroll < 0:
+        return None
+    return min(scroll, SCROLL_DEPTH_MAX)
+
+
+def read_engagement(event: dict[str, Any]) -> Engagement | Rejection | Skipped:
+    """Engaged time and scroll depth of an engagement event, read as Plausible reads ``e`` and ``sd``.
+
+    Refused, as Plausible refuses it, when neither is a valid integer. The engaged time is kept
+    from 1 ms to a day (Tally's bound); an event with neither that nor a scroll depth is skipped.
+    """
+    scroll = read_scroll_depth(event.get(SCROLL_DEPTH_KEY))
     engaged = whole_number(event.get("e"))
-    has_scroll = scroll is not None and scroll >= 0
     if engaged is None or not 0 <= engaged < PLAUSIBLE_MAX_ENGAGEMENT_MS:
         engaged = None
-    if engaged is None and not has_scroll:
+    if engaged is None and scroll is None:
         return refusal("e", "engagement event requires a valid integer value for at least one of 'sd' or 'e' fields")
-    if not engaged:
-        return Skipped("engagement_without_time", "no engaged time (scroll depth is not stored): not recorded")
-    if engaged > MAX_ENGAGEMENT_MS:
-        return Skipped("engagement_over_a_day", f"engaged time over {MAX_ENGAGEMENT_MS} ms: not recorded")
-    return engaged
+    kept = engaged if engaged and engaged <= MAX_ENGAGEMENT_MS else None
+    if kept is None and scroll is None:
+        if engaged:
+            return Skipped("engagement_over_a_day", f"engaged time over {MAX_ENGAGEMENT_MS} ms: not recorded")
+        return Skipped("engagement_without_time", "no engaged time and no scroll depth: not recorded")
+    return Engagement(kept, scroll)
 
 
 def validation_refusal(error: ValidationError, names: dict[str, str]) -> Rejection:
@@ -209,11 +242,11 @@ class PlausibleEvents:
         item: dict[str, Any] = {"id": str(uuid.uuid4()), "s": "-", "u": url, "te": received_at, "ts": received_at}
         names = {"n": name_key, "u": url_key}
         if name == ENGAGEMENT:
-            engaged = read_engagement(event)
-            if not isinstance(engaged, int):
-                return engaged
-            item |= {"k": ENGAGEMENT, "e": engaged}
-            names["e"] = "e"
+            engagement = read_engagement(event)
+            if not isinstance(engagement, Engagement):
+                return engagement
+            item |= {"k": ENGAGEMENT, **engagement.beacon_keys()}
+            names |= {"e": "e", SCROLL_DEPTH_KEY: SCROLL_DEPTH_KEY}
         else:
             props = read_props(event)
             if isinstance(props, Rejection):

@@ -94,12 +94,12 @@ LONG_EVENT = {
     [
         (SHORT_PAGEVIEW, {"type": "pageview", "name": None, "props": {}, "referrer": "https://news.example/story"}),
         (SHORT_EVENT, {"type": "event", "name": "signup", "props": {"plan": "pro", "seats": "3"}, "referrer": None}),
-        (SHORT_ENGAGEMENT, {"type": "engagement", "name": None, "props": {}, "engagement_ms": 5210}),
+        (SHORT_ENGAGEMENT, {"type": "engagement", "name": None, "props": {}, "engagement_ms": 5210, "scroll_depth": 40}),
         (LONG_EVENT, {"type": "event", "name": "'=signup", "props": {"plan": "pro"}}),  # formula neutralised
         ({"name": "pageview", "url": PAGE}, {"type": "pageview", "site_id": SITE}),  # no domain: the page's host
         ({"n": 404, "u": PAGE, "d": SITE, "m": '{"path": "/gone"}'}, {"name": "404", "props": {"path": "/gone"}}),
         ({**SHORT_EVENT, "p": {"a": None, "b": "", "c": [1], "d": {"e": 1}, "f": "x"}}, {"props": {"f": "x"}}),
-        ({**SHORT_ENGAGEMENT, "e": "1500", "sd": "bad"}, {"type": "engagement", "engagement_ms": 1500}),
+        ({**SHORT_ENGAGEMENT, "e": "1500", "sd": "bad"}, {"type": "engagement", "engagement_ms": 1500, "scroll_depth": None}),
         ({**SHORT_PAGEVIEW, "d": " www.A.example "}, {"site_id": SITE}),
         ({**SHORT_PAGEVIEW, "d": "shop.a.example"}, {"site_id": SITE}),  # one of the site's domains
     ],
@@ -180,14 +180,36 @@ def test_a_bad_plausible_body_is_refused_with_what_to_fix_and_dead_lettered(
 
 
 @pytest.mark.parametrize(
-    "change, reason",
-    [({"e": 0}, "engagement_without_time"), ({"e": None}, "engagement_without_time"),
-     ({"e": 2 * 86_400_000}, "engagement_over_a_day")],
+    "sd, e, stored",
+    [(40, 5210, (40, 5210)), ("40", "5210", (40, 5210)), ("+7", None, (7, None)), (0, 1, (0, 1)),
+     (100, 1, (100, 1)), (101, 1, (100, 1)), (10**30, 1, (100, 1)), ("9" * 40, 1, (100, 1)),
+     (-1, 1, (None, 1)), (50.5, 1, (None, 1)), (True, 1, (None, 1)), ({"a": 1}, 1, (None, 1)), ("4 0", 1, (None, 1)),
+     ("9" * 5000, 1, (None, 1)),
+     (40, 0, (40, None)), (40, None, (40, None)), (40, 2 * 86_400_000, (40, None)), (40, -5, (40, None))],
+    ids=["both", "strings", "plus-sign-no-time", "zero-depth", "full-depth", "over-100-clamped", "huge-clamped",
+         "huge-string-clamped", "negative-no-depth", "float-no-depth", "bool-no-depth", "object-no-depth",
+         "spaced-string-no-depth", "digits-past-python-no-depth", "depth-without-time", "depth-time-missing",
+         "depth-time-over-a-day", "depth-negative-time"],
 )  # fmt: skip
-def test_an_engagement_without_time_tally_reports_is_answered_as_a_success_but_not_stored(
+def test_plausible_s_scroll_depth_is_kept_as_plausible_reads_it(
+    ingest: Ingest, sd: Any, e: Any, stored: tuple[int | None, int | None]
+) -> None:
+    status, answer = ingest.post({**SHORT_ENGAGEMENT, "sd": sd, "e": e})
+    assert (status, answer) == (202, {"accepted": 1})
+    (event,) = ingest.events()
+    assert (event["type"], event["scroll_depth"], event["engagement_ms"]) == ("engagement", *stored)
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [({"e": 0}, "engagement_without_time"), ({"e": 0, "sd": -3}, "engagement_without_time"),
+     ({"e": 2 * 86_400_000}, "engagement_over_a_day"), ({"e": 2 * 86_400_000, "sd": "x"}, "engagement_over_a_day")],
+)  # fmt: skip
+def test_an_engagement_with_neither_time_nor_scroll_depth_tally_keeps_is_answered_as_a_success_but_not_stored(
     ingest: Ingest, change: dict[str, Any], reason: str
 ) -> None:
-    status, answer = ingest.post({**SHORT_ENGAGEMENT, **change})
+    body = {key: value for key, value in SHORT_ENGAGEMENT.items() if key != "sd"}
+    status, answer = ingest.post({**body, **change})
     assert (status, answer["accepted"], answer["skipped"]) == (202, 0, reason)
     assert ingest.store.records == []
 
