@@ -40,7 +40,7 @@ from mcp.types import (
 
 from api.answering import Answering, Refused
 from api.keys import ApiKey
-from api.openapi import openapi_spec
+from api.openapi import VITALS_NOTE, openapi_spec
 from tally.log import kv
 from tally.settings import Settings
 
@@ -86,7 +86,7 @@ def tools() -> list[Tool]:
                 "Answer a Plausible Stats API v2 query over one site: the arguments are the request body"
                 ' (e.g. {"site_id": "example.com", "date_range": "7d", "metrics": ["visitors", "pageviews"],'
                 ' "dimensions": ["visit:source"]}); the result is {results, meta, query} as the HTTP API'
-                " answers. meta.metrics says which figures are exact. Use list_sites for the site ids."
+                f" answers. meta.metrics says which figures are exact. {VITALS_NOTE}. Use list_sites for the site ids."
             ),
             input_schema=body_schema,
             output_schema=answer_schema,

@@ -5,7 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from query.plausible import RANGE_SHORTCUTS
-from query.spec import COMPARISONS, DIMENSIONS, MAX_LIMIT, MAX_PROP_KEY, METRICS, PROPS_PREFIX
+from query.spec import (
+    COMPARISONS,
+    DIMENSIONS,
+    MAX_LIMIT,
+    MAX_PROP_KEY,
+    METRICS,
+    PROPS_PREFIX,
+    VITAL_BAND_METRICS,
+    VITAL_P75_METRICS,
+    VITALS_API_DIMENSIONS,
+)
 from tally.annotations import MAX_TEXT
 
 _FILTER: dict[str, Any] = {
@@ -14,6 +24,13 @@ _FILTER: dict[str, Any] = {
     "minItems": 2,
     "maxItems": 4,
 }
+
+
+VITALS_NOTE = (
+    f"Core Web Vitals ({', '.join(VITAL_P75_METRICS)}: p75, approximate; {', '.join(VITAL_BAND_METRICS)}: % of"
+    " measured page views, exact) and scroll_depth (average %, exact) are asked in a query of their own, with no"
+    f" dimension or one of {', '.join(VITALS_API_DIMENSIONS)}; see docs/API.md"
+)
 
 
 _DIMENSION: dict[str, Any] = {
@@ -58,7 +75,12 @@ def openapi_spec() -> dict[str, Any]:
                     {"type": "array", "items": {"type": "string", "format": "date-time"}, "minItems": 2, "maxItems": 2},
                 ]
             },
-            "metrics": {"type": "array", "items": {"type": "string", "enum": list(METRICS)}, "minItems": 1},
+            "metrics": {
+                "type": "array",
+                "items": {"type": "string", "enum": list(METRICS)},
+                "minItems": 1,
+                "description": VITALS_NOTE,
+            },
             "dimensions": {"type": "array", "items": _DIMENSION, "maxItems": 4},
             "filters": {"type": "array", "items": _FILTER},
             "order_by": {

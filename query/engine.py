@@ -23,15 +23,20 @@ from typing import Any, Protocol
 import pandas as pd
 
 from query.exact import ExactQuery, leaves, matching_values, time_label
-from query.report import Report
+from query.report import Report, VitalsReport
 from query.spec import (
     MAX_LIMIT,
     PERCENTILE_METRICS,
+    SCROLL_DEPTH,
     VISIT_METRICS,
+    VITAL_BAND_METRICS,
+    VITALS_METRICS,
+    Filter,
     Query,
     QueryError,
     dimension,
 )
+from query.vitals import fits_vitals_view, is_vitals_query, vitals_metric_meta, vitals_rows
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.sketches import Estimate
 
@@ -52,6 +57,16 @@ class Sources(Protocol):
     def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report: ...
     def exact(self, site_id: str) -> ExactQuery | None: ...
     def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str: ...
+    def aggregate_vitals(self, site_id: str, start: dt.date, end: dt.date) -> VitalsReport: ...
+    def exact_vitals(
+        self,
+        site_id: str,
+        start: dt.date,
+        end: dt.date,
+        *,
+        filters: tuple[Filter, ...] = (),
+        between: tuple[dt.datetime, dt.datetime] | None = None,
+    ) -> VitalsReport | None: ...
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,8 @@ class Answer:
 
 def fits_aggregates(query: Query) -> bool:
     """Whether the aggregate views hold this query's answer (otherwise raw events answer it)."""
+    if is_vitals_query(query):
+        return fits_vitals_view(query)
     if query.between is not None or len(query.dimensions) > 1 or "conversion_rate" in query.metrics:
         return False
     metrics = set(query.metrics)
@@ -113,6 +130,8 @@ def run(query: Query, sources: Sources) -> Answer:
 
 
 def _rows(query: Query, sources: Sources) -> tuple[list[dict[str, Any]], str]:
+    if is_vitals_query(query):
+        return vitals_rows(query, sources)
     if fits_aggregates(query):
         report = sources.aggregate_report(query.site_id, query.start, query.end)
         rows = _aggregate_rows(report, query)
@@ -220,7 +239,7 @@ def _change(metric: str, old: Any, new: Any) -> float | int | None:
     """Plausible's change: points for rates, else a whole percentage (100 from nothing, 0 for nothing to nothing)."""
     if old is None or new is None:
         return None
-    if metric in ("bounce_rate", "conversion_rate", "percentage"):
+    if metric in ("bounce_rate", "conversion_rate", "percentage", *VITAL_BAND_METRICS, SCROLL_DEPTH):
         return round(float(new - old), 1) if old > 0 or metric != "bounce_rate" else None
     if old == 0:
         return 100 if new > 0 else 0
@@ -359,6 +378,8 @@ def _sort_value(value: Any) -> float:
 
 def _metric_meta(metric: str, rows: list[dict[str, Any]], source: str) -> dict[str, Any]:
     """Exact, or approximate with the largest 95% relative bound among the rows."""
+    if metric in VITALS_METRICS:
+        return vitals_metric_meta(metric, source)
     approximate = source == "aggregates" and metric in ("visitors", "percentage", *PERCENTILE_METRICS)
     info: dict[str, Any] = {"exact": not approximate}
     if metric == "visitors" and approximate:

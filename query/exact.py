@@ -266,6 +266,14 @@ def matching_values(values: Sequence[str], name: str, filters: Iterable[Filter])
         con.close()
 
 
+def event_condition(filters: Iterable[Filter]) -> tuple[str, list[Any]]:
+    """The SQL condition over event rows ``e`` that ``filters`` keep (each event's own values, as the
+    event metrics count them) and its positional parameters: for answers built beside
+    :class:`ExactQuery`, such as the Core Web Vitals of :mod:`query.vitals`."""
+    sql = _Sql()
+    return " AND ".join(_filter_sql(f, sql, "event", ()) for f in filters) or "true", sql.params
+
+
 def leaves(filters: Iterable[Filter]) -> list[str]:
     """The dimensions a filter tree names."""
     return _leaves(filters)

@@ -23,6 +23,7 @@ from query.spec import (
     Filter,
     Query,
     QueryError,
+    check_vitals,
     dimension,
 )
 
@@ -67,6 +68,7 @@ def parse_query(body: Any, *, today: dt.date, now: dt.datetime | None = None) ->
         raise QueryError("metrics", "metric 'percentage' needs at least one dimension")
     if "conversion_rate" in metrics and GOAL not in dimensions and not _mentions_goal(filters):
         raise QueryError("metrics", "metric 'conversion_rate' needs an event:goal dimension or an event:goal filter")
+    check_vitals(metrics, dimensions, filters)
     return Query(
         site_id=site_id,
         start=start,

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from query.aggregates import AggregateReport, Aggregates, Range
 from query.exact import ExactQuery
 from query.goals import Step
-from query.raw import RawQuery
-from query.report import Report
+from query.raw import API_FILTERS, RawQuery
+from query.report import Report, VitalsReport
+from query.spec import Filter
+from query.vitals import AggregateVitals, ExactVitals
 from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
 from tally.storage import find_table
@@ -65,3 +67,30 @@ class Sources:
             return AggregateReport(self.aggregates, site_id, days)
         raw = self.raw(site_id, days, filters)
         return raw if raw is not None else AggregateReport(self.aggregates, "", days)  # no raw rows: nothing matches
+
+    def aggregate_vitals(self, site_id: str, start: dt.date, end: dt.date) -> VitalsReport:
+        """Core Web Vitals and scroll depth of whole days from ``agg.vitals_1h`` (p75 approximate)."""
+        return AggregateVitals(self.aggregates, site_id, Range(start, end))
+
+    def exact_vitals(
+        self,
+        site_id: str,
+        start: dt.date,
+        end: dt.date,
+        *,
+        filters: tuple[Filter, ...] = (),
+        between: tuple[dt.datetime, dt.datetime] | None = None,
+    ) -> VitalsReport | None:
+        """Core Web Vitals and scroll depth from raw events, exact; None before the archiver has written anything."""
+        table = find_table(self.settings, RAW_PAGEVIEWS)
+        if table is None:
+            return None
+        return ExactVitals(table.to_pyarrow_dataset(), site_id, Range(start, end), filters, between)
+
+    def vitals(self, site_id: str, start: dt.date, end: dt.date, filters: Mapping[str, str]) -> VitalsReport:
+        """The dashboard's vitals: the view without filters; with the page's filters, raw events (exact)."""
+        if not filters:
+            return self.aggregate_vitals(site_id, start, end)
+        exact = tuple(Filter("is", dimension=API_FILTERS[k], values=(v,)) for k, v in filters.items())
+        found = self.exact_vitals(site_id, start, end, filters=exact)
+        return found if found is not None else self.aggregate_vitals("", start, end)  # no raw rows: nothing matches

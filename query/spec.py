@@ -11,13 +11,23 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tally.vitals import BANDS, REPORTED_QUANTILE, VITALS
+
 MAX_RANGE_DAYS = 400  # as the dashboard: a longer range is refused, never silently cut
 MAX_LIMIT = 10_000  # rows a query may ask for at once
 
 # Metrics Tally answers. Engagement and load percentiles are Tally's own (merged t-digests).
 EXACT_METRICS = ("visits", "pageviews", "views_per_visit", "bounce_rate", "visit_duration", "events")
 PERCENTILE_METRICS = tuple(f"{kind}_p{q}" for kind in ("engagement", "load") for q in (50, 90, 99))
-METRICS = ("visitors", *EXACT_METRICS, "percentage", "conversion_rate", *PERCENTILE_METRICS)
+# Core Web Vitals (tally/vitals.py): each vital's p75 (merged t-digests, approximate), the percent of
+# measured page views in each of Google's bands (exact), and Plausible's scroll_depth (exact).
+VITAL_P75_METRICS = tuple(f"{v.name}_p{round(REPORTED_QUANTILE * 100)}" for v in VITALS)
+VITAL_BAND_METRICS = tuple(f"{v.name}_{band}" for v in VITALS for band in BANDS)
+SCROLL_DEPTH = "scroll_depth"
+VITALS_METRICS = (*VITAL_P75_METRICS, *VITAL_BAND_METRICS, SCROLL_DEPTH)
+# The API dimensions vitals metrics break down by -> agg.vitals_1h's dimension (tally.vitals.VITALS_DIMENSIONS).
+VITALS_API_DIMENSIONS = {"event:page": "page", "visit:device": "device"}
+METRICS = ("visitors", *EXACT_METRICS, "percentage", "conversion_rate", *PERCENTILE_METRICS, *VITALS_METRICS)
 VISIT_METRICS = ("visits", "views_per_visit", "bounce_rate", "visit_duration")
 
 Kind = Literal["time", "traffic", "visit", "event"]
@@ -137,3 +147,44 @@ class Query:
     def dimension(self) -> Dimension | None:
         """The first dimension of this query, or None."""
         return dimension(self.dimensions[0]) if self.dimensions else None
+
+
+# Filters a vitals query may use: every event dimension a vitals beacon carries itself (its page,
+# device, source, country, …); not visits' entry or exit pages, goals, event names or properties.
+_NOT_ON_VITALS = ("entry_page", "exit_page", "name", "goal", "props")
+
+
+def check_vitals(metrics: tuple[str, ...], dimensions: tuple[str, ...], filters: tuple[Filter, ...]) -> None:
+    """Refuse (:class:`QueryError`) a query with vitals metrics that Tally cannot answer as asked."""
+    asked = [m for m in metrics if m in VITALS_METRICS]
+    if not asked:
+        return
+    others = [m for m in metrics if m not in VITALS_METRICS]
+    if others:
+        raise QueryError(
+            "metrics",
+            f"metric {asked[0]!r} cannot be combined with {others[0]!r}: ask Core Web Vitals and scroll depth"
+            " metrics in a query of their own",
+        )
+    supported = ", ".join(repr(d) for d in VITALS_API_DIMENSIONS)
+    unsupported = [d for d in dimensions if d not in VITALS_API_DIMENSIONS]
+    if unsupported or len(dimensions) > 1:
+        shown = repr(unsupported[0]) if unsupported else "two dimensions"
+        raise QueryError(
+            "dimensions",
+            f"metric {asked[0]!r} supports no dimension or one of {supported}, not {shown}",
+        )
+    for name in _filter_dimensions(filters):
+        if dimension(name).name in _NOT_ON_VITALS:
+            raise QueryError(
+                "filters",
+                f"metric {asked[0]!r} cannot be filtered by {name!r}: filter by event:page, event:hostname or a"
+                " visit:* dimension the page view itself carries (source, country, device, …), not entry or exit pages",
+            )
+
+
+def _filter_dimensions(filters: tuple[Filter, ...]) -> list[str]:
+    out: list[str] = []
+    for f in filters:
+        out.extend([f.dimension] if f.dimension else _filter_dimensions(f.children))
+    return out

@@ -142,6 +142,12 @@ class RawOnly:
     def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str:
         return "daily visitor ids"
 
+    def aggregate_vitals(self, site_id: str, start: dt.date, end: dt.date) -> Any:
+        raise AssertionError("this test asks no Core Web Vitals (tests/unit/test_query_vitals.py does)")
+
+    def exact_vitals(self, site_id: str, start: dt.date, end: dt.date, **kw: Any) -> Any:
+        raise AssertionError("this test asks no Core Web Vitals (tests/unit/test_query_vitals.py does)")
+
 
 EVENTS = make_events()
 LIVE = [e for e in EVENTS if e["site_id"] == SITE and not e["is_bot"]]
