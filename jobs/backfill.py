@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
-from jobs import props, ratelimit, sessions, traffic
+from jobs import props, ratelimit, sessions, traffic, vitals
 from jobs.delta_sink import replace_dates, table_exists
 from jobs.views import VIEW_FIELDS, with_event_ts
 from tally.log import kv
@@ -39,6 +39,7 @@ from tally.tables import (
     TRAFFIC_1M,
     VISITS_1D,
     VISITS_1H,
+    VITALS_1H,
     ViewSpec,
 )
 
@@ -195,6 +196,7 @@ def compute_views(events: DataFrame, settings: Settings, start: dt.date, end: dt
         VISITS_1D: sessions.visits(visits, "day"),
         RATELIMIT: ratelimit.ratelimit_counts(windowed),
         PROPS_1D: props.props_days(windowed),
+        VITALS_1H: vitals.with_digests(vitals.vitals_hours(windowed)),
     }
 
 

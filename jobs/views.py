@@ -1,7 +1,8 @@
 """The derived views: their tables, and the event-decoding steps every view starts from.
 
 Each view's logic is a pure ``DataFrame -> DataFrame`` function (``jobs/traffic.py``,
-``jobs/sessions.py``, ``jobs/ratelimit.py``, ``jobs/props.py``) shared by the streaming job and the backfill.
+``jobs/sessions.py``, ``jobs/ratelimit.py``, ``jobs/props.py``, ``jobs/vitals.py``) shared by the streaming
+job and the backfill.
 Nothing here reads or writes: the caller supplies the input (Kafka or ``raw.pageviews``) and
 owns the sink, so both paths compute identical rows.
 """
@@ -13,6 +14,7 @@ from pyspark.sql import functions as F
 
 from tally.dimensions import NONE_VALUE, Grain
 from tally.schema import spark_ddl
+from tally.vitals import SCROLL_DEPTH_COLUMN, VITALS
 
 GRAIN_INTERVAL: dict[Grain, str] = {"hour": "INTERVAL 1 HOUR", "day": "INTERVAL 1 DAY"}
 
@@ -30,6 +32,8 @@ VIEW_FIELDS = (
     "props",
     "engagement_ms",
     "load_ms",
+    *(vital.column for vital in VITALS),  # agg.vitals_1h
+    SCROLL_DEPTH_COLUMN,
     "visitor_id",
     "client_hash",
     "browser",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tally.deadletter import FAILURE_KINDS
-from tally.dimensions import TRAFFIC_DIMENSION_NAMES, VISIT_DIMENSION_NAMES
+from tally.dimensions import ALL, TRAFFIC_DIMENSION_NAMES, VISIT_DIMENSION_NAMES
 from tally.schema import EVENT_TYPES, FIELDS, RAW_EXTRA_FIELDS
 from tally.settings import QualitySettings
 from tally.tables import (
@@ -33,6 +33,17 @@ from tally.tables import (
     TRAFFIC_1M,
     VISITS_1D,
     VISITS_1H,
+    VITALS_1H,
+)
+from tally.vitals import (
+    BANDS,
+    MEASURED_COLUMN,
+    SCROLL_COUNT_COLUMN,
+    SCROLL_DEPTH_COLUMN,
+    SCROLL_DEPTH_MAX,
+    SCROLL_SUM_COLUMN,
+    VITALS,
+    VITALS_DIMENSIONS,
 )
 
 TimeKind = Literal["ms", "timestamp"]  # epoch milliseconds (raw) or a Delta timestamp (views)
@@ -43,12 +54,20 @@ _DELTA_TYPES = {
     "BIGINT": "long",
     "INT": "integer",
     "BOOLEAN": "boolean",
+    "DOUBLE": "double",
     "DATE": "date",
     "TIMESTAMP": "timestamp",
     "BINARY": "binary",
     "MAP<STRING,STRING>": "map<string,string>",
 }
-_ARROW_TO_DELTA = {"string": "string", "int64": "long", "int32": "integer", "bool": "boolean", "date32[day]": "date"}
+_ARROW_TO_DELTA = {
+    "string": "string",
+    "int64": "long",
+    "int32": "integer",
+    "double": "double",
+    "bool": "boolean",
+    "date32[day]": "date",
+}
 
 
 def _ddl(columns: str) -> dict[str, str]:
@@ -78,8 +97,8 @@ class Range:
     """``minimum <= column <= maximum`` on every non-null row (None: unbounded)."""
 
     column: str
-    minimum: int | None
-    maximum: int | None = None
+    minimum: float | None
+    maximum: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +108,23 @@ class Difference:
     name: str
     later: str
     earlier: str
+
+
+@dataclass(frozen=True)
+class Total:
+    """A column derived before validation: the sum of ``parts`` on each row."""
+
+    name: str
+    parts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A column derived before validation: ``numerator / denominator``, null where the denominator is 0."""
+
+    name: str
+    numerator: str
+    denominator: str
 
 
 @dataclass(frozen=True)
@@ -117,6 +153,8 @@ class Contract:
     day_column: tuple[str, TimeKind] | None = None  # falls within the partition's day
     sane_times: tuple[tuple[str, TimeKind], ...] = ()  # within [earliest_year, now + clock skew]
     differences: tuple[Difference, ...] = ()
+    totals: tuple[Total, ...] = ()
+    ratios: tuple[Ratio, ...] = ()
     sent_lengths: tuple[SentLength, ...] = ()
     freshness: tuple[str, TimeKind] | None = None  # today's newest value must be recent
 
@@ -137,6 +175,9 @@ def _raw_pageviews(q: QualitySettings) -> Contract:
         ranges=(
             Range("engagement_ms", 0, q.max_engagement_minutes * 60_000),
             Range("load_ms", 0, q.max_load_seconds * 1000),
+            # Core Web Vitals and scroll depth within what ingest accepts (tally/vitals.py).
+            *(Range(v.column, 0, v.upper) for v in VITALS),
+            Range(SCROLL_DEPTH_COLUMN, 0, SCROLL_DEPTH_MAX),
             Range("screen_w", 0),
             Range("schema_version", 1),
             Range("kafka_partition", 0),
@@ -302,6 +343,44 @@ def _props_1d() -> Contract:
     )
 
 
+def _vitals_1h() -> Contract:
+    # Per vital, the bands count the beacons that measured it: at most `measured`, as a beacon may lack
+    # a metric (INP needs an interaction). A row exists because a vitals beacon or a scroll depth was sent.
+    bands = tuple(Total(f"{v.name}_banded", tuple(v.band_column(b) for b in BANDS)) for v in VITALS)
+    beacons = Total("beacons", (MEASURED_COLUMN, SCROLL_COUNT_COLUMN))
+    counts = (
+        MEASURED_COLUMN,
+        *(v.band_column(b) for v in VITALS for b in BANDS),
+        SCROLL_SUM_COLUMN,
+        SCROLL_COUNT_COLUMN,
+    )
+    digests = ", ".join(
+        f"{v.digest_column} BINARY, {', '.join(f'{v.band_column(b)} BIGINT' for b in BANDS)}" for v in VITALS
+    )
+    return Contract(
+        table=VITALS_1H.table,
+        partition_by=VITALS_1H.partition_by,
+        columns=_ddl(
+            f"{_WINDOWED}, dimension STRING, value STRING, {MEASURED_COLUMN} BIGINT, {digests},"
+            f" {SCROLL_SUM_COLUMN} BIGINT, {SCROLL_COUNT_COLUMN} BIGINT, event_date DATE"
+        ),
+        keys=VITALS_1H.keys,
+        not_null=("window_end", *counts),
+        ranges=(
+            *(Range(column, 0) for column in counts),
+            Range("beacons", 1),
+            Range("scroll_depth_mean", 0, SCROLL_DEPTH_MAX),
+            Range("window_seconds", 3600, 3600),
+        ),
+        in_sets={"dimension": (ALL, *VITALS_DIMENSIONS)},
+        at_least=tuple((MEASURED_COLUMN, total.name) for total in bands),
+        day_column=("window_start", "timestamp"),
+        differences=(_WINDOW_LENGTH,),
+        totals=(*bands, beacons),
+        ratios=(Ratio("scroll_depth_mean", SCROLL_SUM_COLUMN, SCROLL_COUNT_COLUMN),),
+    )
+
+
 def _late_events() -> Contract:
     return Contract(
         table=LATE_EVENTS.table,
@@ -331,6 +410,7 @@ def contracts(q: QualitySettings) -> dict[str, Contract]:
         _visits(VISITS_1D.table, 86400),
         _ratelimit(),
         _props_1d(),
+        _vitals_1h(),
         _late_events(),
     )
     assert tuple(c.table for c in every) == CHECKED_TABLES, "CHECKED_TABLES must list every contract, in order"

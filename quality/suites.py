@@ -134,7 +134,8 @@ def sent_length(text: pd.Series) -> pd.Series:
 
 
 def derive(frame: pd.DataFrame, contract: Contract) -> pd.DataFrame:
-    """Add the contract's derived columns (differences, lengths); a missing source column leaves them out."""
+    """Add the contract's derived columns (differences, totals, ratios, lengths); a missing source column leaves
+    them out."""
     derived = frame.copy(deep=False)
     for d in contract.differences:
         if d.later in frame and d.earlier in frame:
@@ -142,6 +143,13 @@ def derive(frame: pd.DataFrame, contract: Contract) -> pd.DataFrame:
             if pd.api.types.is_timedelta64_dtype(difference):
                 difference = difference.dt.total_seconds()
             derived[d.name] = difference
+    for total in contract.totals:
+        if all(part in frame for part in total.parts):
+            derived[total.name] = sum((frame[part] for part in total.parts), start=pd.Series(0, index=frame.index))
+    for ratio in contract.ratios:
+        if ratio.numerator in frame and ratio.denominator in frame:
+            denominator = frame[ratio.denominator].astype("float64")
+            derived[ratio.name] = frame[ratio.numerator].astype("float64") / denominator.where(denominator != 0)
     for length in contract.sent_lengths:
         if length.text in frame:
             derived[length.name] = sent_length(frame[length.text])

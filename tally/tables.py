@@ -46,7 +46,18 @@ PROPS_1D = ViewSpec("agg.props_1d", ("site_id", "window_start", "name", "key", "
 VITALS_1H = ViewSpec("agg.vitals_1h", WINDOW_KEYS)
 
 # Every view a backfill recomputes, in dependency order (coarser grains read finer ones).
-BACKFILL_VIEWS = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1H, VISITS_1D, RATELIMIT, PROPS_1D)
+BACKFILL_VIEWS = (
+    TRAFFIC_1M,
+    TRAFFIC_1H,
+    TRAFFIC_1D,
+    ACTIVE_5M,
+    SESSIONS,
+    VISITS_1H,
+    VISITS_1D,
+    RATELIMIT,
+    PROPS_1D,
+    VITALS_1H,
+)
 # Every view; each has a data-quality contract (quality/contracts.py) that `tally check` applies.
 ALL_VIEWS = (*BACKFILL_VIEWS, LATE_EVENTS)
 # The traffic and visit tables by grain (the dashboard picks one by the range it shows).

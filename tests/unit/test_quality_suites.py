@@ -68,6 +68,8 @@ def _value(contract: Contract, column: str, kind: str, row: int, day: dt.date) -
         if contract.day_column == (column, "ms") or (column, "ms") in contract.sane_times:
             return int(start.timestamp() * 1000)
         return 1
+    if kind == "double":
+        return 0.05
     return f"{column}-{row}"
 
 
@@ -81,6 +83,10 @@ def well_formed(contract: Contract, day: dt.date = DAY, rows: int = 3) -> pd.Dat
         frame[difference.later] = frame[difference.earlier] + (
             dt.timedelta(seconds=smallest) if timestamps else smallest
         )
+    derived = {total.name: total.parts for total in contract.totals}
+    for a, b in contract.at_least:  # a >= a derived total: a is the total (every band of a vital counted)
+        if b in derived:
+            frame[a] = sum(frame[part] for part in derived[b])
     for column, kind in contract.columns.items():
         if kind == "timestamp":
             frame[column] = pd.to_datetime(frame[column], utc=True).dt.as_unit("us")
@@ -130,6 +136,14 @@ def _copy_first_row(frame: pd.DataFrame) -> None:
     frame.iloc[1] = frame.iloc[0]
 
 
+def _nothing_measured(frame: pd.DataFrame) -> None:
+    for column in frame.columns:
+        if column in ("measured", "scroll_depth_sum", "scroll_depth_count") or column.endswith(
+            ("_good", "_needs_improvement", "_poor")
+        ):
+            frame.loc[1, column] = 0
+
+
 KEYS_1H = "site_id, window_start, dimension, value unique"
 DEFECTS: list[tuple[str, str, Mutation, str]] = [
     ("raw.pageviews", "a duplicated event", _copy_first_row, "event_id unique"),
@@ -175,6 +189,14 @@ DEFECTS: list[tuple[str, str, Mutation, str]] = [
     ("agg.props_1d", "a value ingest refuses", _set("value", "v" * 257), "value_length in [0, 256]"),
     ("agg.props_1d", "a quoted value still too long", _set("value", "'=" + "v" * 256), "value_length in [0, 256]"),
     ("agg.props_1d", "a name ingest refuses", _set("name", "n" * 257), "name_length in [1, 256]"),
+    ("agg.vitals_1h", "more banded LCPs than beacons", _set("lcp_good", 99), "measured >= lcp_banded"),
+    ("agg.vitals_1h", "a negative band count", _set("inp_poor", -1), "inp_poor >= 0"),
+    ("agg.vitals_1h", "a row of no beacon", _nothing_measured, "beacons >= 1"),
+    ("agg.vitals_1h", "a scroll depth past the page", _set("scroll_depth_sum", 101), "scroll_depth_mean in [0, 100]"),
+    ("agg.vitals_1h", "a dimension the view has not", _set("dimension", "country"), "dimension known"),
+    ("agg.vitals_1h", "a window of a minute", _shift("window_end", -59 * MINUTE), "window_seconds in [3600, 3600]"),
+    ("raw.pageviews", "a CLS ingest refuses", _set("cls", 1001.0), "cls in [0, 1000.0]"),
+    ("raw.pageviews", "a scroll depth past the page", _set("scroll_depth", 101), "scroll_depth in [0, 100]"),
 ]
 
 
