@@ -4,7 +4,8 @@ The fast path of the archiver. It is as strict as :func:`tally.schema.decode_eve
 reader infers each column's type from the batch (cheaper for it than converting to a given
 schema), and any column whose type is not exactly its schema type (a string where a number
 belongs, a float, a boolean for an int, an int beyond 32 bits for an INT, a string the reader
-took for a timestamp) makes the batch fall back. Whenever anything in the batch is off (a
+took for a timestamp, a NaN for a DOUBLE) makes the batch fall back; a DOUBLE written as a whole
+number is read as decode_event reads it. Whenever anything in the batch is off (a
 poison message, a missing required field, a stray newline) it returns None and the archiver
 decodes that batch message by message instead, which routes the bad ones to raw.rejected.
 Both paths produce the same rows.
@@ -89,13 +90,17 @@ def _column(table: pa.Table, field: pa.Field) -> pa.ChunkedArray | pa.Array:
     if field.name not in table.column_names:  # no message of the batch has the field
         return pa.nulls(table.num_rows, field.type)
     column = table.column(field.name)
-    if column.type == field.type:
-        return column
     if pa.types.is_null(column.type):  # every message has it null
         return pa.nulls(table.num_rows, field.type)
-    if column.type == pa.int64() and field.type == pa.int32():
-        return pc.cast(column, pa.int32())  # a safe cast: a value beyond 32 bits raises
-    raise TypeError(f"field {field.name!r}: expected {field.type}, read {column.type}")
+    if column.type != field.type:
+        if column.type != pa.int64() or field.type not in (pa.int32(), pa.float64()):
+            raise TypeError(f"field {field.name!r}: expected {field.type}, read {column.type}")
+        # Safe casts: an INT beyond 32 bits raises, so does a DOUBLE written as a whole number past 2**53.
+        column = pc.cast(column, field.type)
+    if pa.types.is_floating(field.type) and pc.any(pc.invert(pc.is_finite(column))).as_py():
+        # The reader takes NaN for a number; decode_event refuses it, so the batch falls back.
+        raise ValueError(f"field {field.name!r}: NaN or infinity")
+    return column
 
 
 def decode_batch(values: list[bytes], partitions: list[int], offsets: list[int]) -> pa.Table | None:

@@ -9,6 +9,7 @@ readers ignore fields they do not know.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
@@ -167,12 +168,24 @@ def schema_defaults() -> dict[str, Any]:
     return {k: v for k, v in _DEFAULTS.items() if v is not None}
 
 
+def _whole_double(name: str, value: int) -> float:
+    """A DOUBLE written without a fraction (``1``, as JavaScript writes ``1.0``), as a float."""
+    try:
+        return float(value)
+    except OverflowError:  # 10**400 is valid JSON, and no DOUBLE
+        raise ValueError(
+            f"field {name!r}: expected a finite DOUBLE, got an integer of {len(str(value))} digits"
+        ) from None
+
+
 def decode_event(raw: bytes | str) -> dict[str, Any]:
     """Decode and type-check a v1 event into a dict of every field (defaults filled in).
 
     Raises TypeError or ValueError for anything that is not a v1 event. Types are exact
-    (``true`` is not an int); unknown fields from newer schema versions are ignored. The
-    archiver uses the dict directly: building the frozen dataclass costs more than decoding.
+    (``true`` is not an int), except that a DOUBLE may be written as a whole number (``1``, as
+    JSON encoders outside Python write ``1.0``) and must be finite (no ``NaN``, no ``Infinity``);
+    unknown fields from newer schema versions are ignored. The archiver uses the dict directly:
+    building the frozen dataclass costs more than decoding.
     """
     data = json.loads(raw)
     if not isinstance(data, dict):
@@ -185,7 +198,11 @@ def decode_event(raw: bytes | str) -> dict[str, Any]:
                 raise TypeError(f"field {name!r} is required")
             value = _DEFAULTS.get(name)
         elif type(value) is not expected:
-            raise TypeError(f"field {name!r}: expected {FIELDS[name][0]}, got {type(value).__name__}")
+            if expected is not float or type(value) is not int:
+                raise TypeError(f"field {name!r}: expected {FIELDS[name][0]}, got {type(value).__name__}")
+            value = _whole_double(name, value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"field {name!r}: expected a finite DOUBLE, got {value}")
         out[name] = value
     props = out["props"]
     if props is None:

@@ -94,12 +94,12 @@ LONG_EVENT = {
     [
         (SHORT_PAGEVIEW, {"type": "pageview", "name": None, "props": {}, "referrer": "https://news.example/story"}),
         (SHORT_EVENT, {"type": "event", "name": "signup", "props": {"plan": "pro", "seats": "3"}, "referrer": None}),
-        (SHORT_ENGAGEMENT, {"type": "engagement", "name": None, "props": {}, "engagement_ms": 5210, "scroll_depth": 40}),
+        (SHORT_ENGAGEMENT, {"type": "engagement", "props": {}, "engagement_ms": 5210, "scroll_depth": 40}),
         (LONG_EVENT, {"type": "event", "name": "'=signup", "props": {"plan": "pro"}}),  # formula neutralised
         ({"name": "pageview", "url": PAGE}, {"type": "pageview", "site_id": SITE}),  # no domain: the page's host
         ({"n": 404, "u": PAGE, "d": SITE, "m": '{"path": "/gone"}'}, {"name": "404", "props": {"path": "/gone"}}),
         ({**SHORT_EVENT, "p": {"a": None, "b": "", "c": [1], "d": {"e": 1}, "f": "x"}}, {"props": {"f": "x"}}),
-        ({**SHORT_ENGAGEMENT, "e": "1500", "sd": "bad"}, {"type": "engagement", "engagement_ms": 1500, "scroll_depth": None}),
+        ({**SHORT_ENGAGEMENT, "e": "1500", "sd": "bad"}, {"engagement_ms": 1500, "scroll_depth": None}),
         ({**SHORT_PAGEVIEW, "d": " www.A.example "}, {"site_id": SITE}),
         ({**SHORT_PAGEVIEW, "d": "shop.a.example"}, {"site_id": SITE}),  # one of the site's domains
     ],
