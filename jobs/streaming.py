@@ -1,11 +1,12 @@
 """The streaming views: Kafka ``pageviews`` -> event-time windows -> Delta ``agg.*`` tables.
 
-Four queries, each reading top to bottom (source, named steps, sink):
+Five queries, each reading top to bottom (source, named steps, sink):
 - traffic: 1-minute windows (update mode); the minutes it touches are rolled up into hours,
   days and 5-minute hopping windows by the main thread (``jobs/rollups.py``);
 - sessions: session windows, appended once closed, then the visits rollups they touch;
 - rate limit: hourly page views per client, publishing blocks to ``ratelimit.blocks``;
-- props: custom event properties per day (update mode), ``agg.props_1d``.
+- props: custom event properties per day (update mode), ``agg.props_1d``;
+- vitals: Core Web Vitals and scroll depth per hour (update mode), ``agg.vitals_1h``.
 
 Exactly once: Spark checkpoints Kafka offsets and window state; every sink is a MERGE of
 absolute values, so a replayed micro-batch writes the same rows again.
@@ -27,7 +28,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs import props, ratelimit, sessions, traffic
+from jobs import props, ratelimit, sessions, traffic, vitals
 from jobs.delta_sink import upsert
 from jobs.late import LateEventsListener
 from jobs.rollups import PendingJournal, Rollups, Touched, days_between, read_range, truncate
@@ -36,13 +37,13 @@ from jobs.views import events_from_kafka
 from tally.log import kv, setup_logging
 from tally.settings import Settings, load_settings
 from tally.spans import spark_interval
-from tally.tables import PROPS_1D, RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H
+from tally.tables import PROPS_1D, RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H, VITALS_1H
 
 log = logging.getLogger("tally.jobs.streaming")
 
 BatchWriter = Callable[[DataFrame, int], None]
 
-# Spark runs the jobs of the four queries and of the roll-ups first come, first served, so a
+# Spark runs the jobs of the five queries and of the roll-ups first come, first served, so a
 # batch of the 1-minute view (what "realtime" shows) could queue behind a roll-up's MERGE. With
 # fair scheduling, the traffic query's pool gets most of the cores whenever it has work.
 LATENCY_POOL, BACKGROUND_POOL = "views-latency", "views-background"
@@ -84,14 +85,14 @@ def in_pool(pool: str, writer: BatchWriter, *, persist: bool = True) -> BatchWri
     return write
 
 
-# Queries on the longer trigger: sessions writes only closed visits, and a day's property
-# breakdown need not be seconds fresh.
-SLOW_QUERIES = frozenset({"sessions", "props"})
+# Queries on the longer trigger: sessions writes only closed visits, and neither a day's property
+# breakdown nor an hour's p75 of the vitals need be seconds fresh.
+SLOW_QUERIES = frozenset({"sessions", "props", "vitals"})
 
 
 def trigger_seconds(settings: Settings, query: str) -> int:
-    """A query's micro-batch interval: the sessions and props queries run less often and leave the
-    cores to the 1-minute view (``spark.sessions_trigger_seconds``)."""
+    """A query's micro-batch interval: the sessions, props and vitals queries run less often and leave
+    the cores to the 1-minute view (``spark.sessions_trigger_seconds``)."""
     return settings.spark.sessions_trigger_seconds if query in SLOW_QUERIES else settings.spark.trigger_seconds
 
 
@@ -213,6 +214,23 @@ def write_props(settings: Settings) -> BatchWriter:
     return write
 
 
+def write_vitals(settings: Settings) -> BatchWriter:
+    def write(batch: DataFrame, batch_id: int) -> None:
+        # The digests are built once, here, for the MERGE's two reads of its source.
+        hours = vitals.with_digests(batch).persist()
+        try:
+            touched = _touched(hours, "window_start")
+            if touched is None:
+                return
+            lo, hi = touched.first, touched.last
+            upsert(hours, VITALS_1H, settings, dates=days_between(lo, hi), within=("window_start", lo, hi))
+            log.info("vitals batch written", extra=kv(batch_id=batch_id, sites=len(touched.sites)))
+        finally:
+            hours.unpersist()
+
+    return write
+
+
 @dataclass
 class ViewJob:
     """The running view queries of one Spark session, and the late-events listener they report to."""
@@ -250,7 +268,7 @@ def default_checkpoints(settings: Settings) -> str:
 
 
 def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
-    """Start the view queries (traffic, sessions, rate limit, props) and return them."""
+    """Start the view queries (traffic, sessions, rate limit, props, vitals) and return them."""
     spark = spark_session(settings, "tally-views", extra=scheduler_pools(settings))
     checkpoints = checkpoint_root or default_checkpoints(settings)
     journal = PendingJournal(spark, f"{checkpoints.rstrip('/')}/rollups-pending.json")
@@ -284,6 +302,12 @@ def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
             props.props_days(kafka_events(spark, settings)),
             "update",
             in_pool(BACKGROUND_POOL, write_props(settings)),
+        ),
+        (
+            "vitals",
+            vitals.vitals_hours(kafka_events(spark, settings)),
+            "update",
+            in_pool(BACKGROUND_POOL, write_vitals(settings), persist=False),  # it persists its digests
         ),
     ]
     context = spark.sparkContext

@@ -31,5 +31,7 @@ def test_the_sessions_query_runs_on_its_own_longer_trigger(tmp_path: Path, monke
     monkeypatch.setenv("TALLY_SPARK__SESSIONS_TRIGGER_SECONDS", "45")
     settings = load_settings()
     assert trigger_seconds(settings, "sessions") == 45
+    # Neither a day's properties nor an hour's vitals need be seconds fresh.
+    assert trigger_seconds(settings, "props") == trigger_seconds(settings, "vitals") == 45
     # The 1-minute view and the rate-limit counters (blocks within 30 s) keep the short one.
     assert trigger_seconds(settings, "traffic") == trigger_seconds(settings, "ratelimit") == 5
