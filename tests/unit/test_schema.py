@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.schema import FIELDS, PageViewEvent, spark_ddl
+from tally.schema import EVENT_TYPES, FIELDS, PageViewEvent, decode_event, spark_ddl
 
 
 def make_event(**overrides: object) -> PageViewEvent:
@@ -38,13 +38,37 @@ def test_unknown_fields_from_a_newer_schema_are_ignored() -> None:
 
 @pytest.mark.parametrize(
     "field, value",
-    [("event_time", "soon"), ("is_bot", 1), ("screen_w", True), ("props", ["a"]), ("site_id", 5)],
-)
+    [("event_time", "soon"), ("is_bot", 1), ("screen_w", True), ("props", ["a"]), ("site_id", 5),
+     ("cls", True), ("cls", "0.1"), ("lcp_ms", 1.5), ("scroll_depth", 40.0)],
+)  # fmt: skip
 def test_a_wrongly_typed_field_is_refused(field: str, value: object) -> None:
     data = json.loads(make_event().to_json())
     data[field] = value
     with pytest.raises(TypeError, match=field):
         PageViewEvent.from_json(json.dumps(data))
+
+
+def test_a_vitals_event_survives_a_json_round_trip() -> None:
+    event = make_event(type="vitals", lcp_ms=2400, inp_ms=180, cls=0.12, fcp_ms=900, ttfb_ms=300, scroll_depth=75)
+    assert PageViewEvent.from_json(event.to_json()) == event
+    assert "vitals" in EVENT_TYPES and spark_ddl().count("`cls` DOUBLE") == 1
+
+
+@pytest.mark.parametrize("written, read", [("1", 1.0), ("0", 0.0), ("-0", 0.0), ("0.25", 0.25), ("1e2", 100.0)])
+def test_a_double_written_as_a_whole_number_is_read_as_a_float(written: str, read: float) -> None:
+    data = json.loads(make_event().to_json())
+    del data["cls"]
+    raw = json.dumps(data)[:-1] + f', "cls": {written}}}'
+    cls = decode_event(raw)["cls"]
+    assert (type(cls), cls) == (float, read)
+
+
+@pytest.mark.parametrize("written", ["NaN", "Infinity", "-Infinity", "1" + "0" * 400])
+def test_a_double_that_is_no_finite_number_is_refused(written: str) -> None:
+    data = json.loads(make_event().to_json())
+    del data["cls"]
+    with pytest.raises(ValueError, match="'cls': expected a finite DOUBLE"):
+        decode_event(json.dumps(data)[:-1] + f', "cls": {written}}}')
 
 
 def test_a_non_object_message_is_refused() -> None:
