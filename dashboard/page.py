@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 import pandas as pd
 import streamlit as st
 
-from dashboard import panels
+from dashboard import panels, vitals_panel
 from dashboard.controls import sidebar
 from dashboard.view import PRESETS, View, ViewError, from_query, to_query
 from query import freshness
@@ -176,11 +176,13 @@ def show(
     current = headline()
     if not read_only:
         annotate(settings, view.site, today)
-    panels.top_tables(report)
+    vitals = vitals_panel.read(Sources(settings, agg).vitals(view.site, days.start, days.end, view.filters))
+    panels.top_tables(report, vitals.scroll_depths())
     panels.events_and_goals(report, current, view.goals)
     panels.custom_properties(AggregateReport(agg, view.site, days), filtered=view.filtered)
     panels.funnel(raw, view.funnel)
     panels.performance(current, report.exact)
+    vitals_panel.core_web_vitals(vitals, tag=vitals_panel.vitals_tag(settings, view.site))
     panels.data_health(settings, agg, view.site, days, now, every_site=every_site)
     st.caption(f"Figures as of {now:%H:%M:%S} UTC.")
     return view

@@ -8,6 +8,7 @@ charts, which Streamlit renders as text; never in Markdown or HTML.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 
 import altair as alt
 import pandas as pd
@@ -133,13 +134,17 @@ def table(title: str, frame: pd.DataFrame, key: str, *, exact: bool, value_label
     st.download_button("CSV", safe_csv(shown), file_name=f"{key}.csv", mime="text/csv", key=f"csv_{key}")
 
 
-def top_tables(report: Report) -> None:
+def top_tables(report: Report, scroll_depths: Mapping[str, int] | None = None) -> None:
+    """The top tables; top pages with each page's average scroll depth (%) when pages sent one."""
     pages, sources, devices, countries = st.tabs(["Pages", "Sources", "Devices", "Countries"])
     exact = report.exact
     with pages:
         left, mid, right = st.columns(3)
+        top_pages = report.top("page")
+        if scroll_depths:  # as Plausible: beside page views (query.vitals computes it)
+            top_pages = top_pages.assign(**{"Scroll depth %": top_pages["value"].map(scroll_depths)})
         with left:
-            table("Top pages", report.top("page"), "top_pages", exact=exact, value_label="Page")
+            table("Top pages", top_pages, "top_pages", exact=exact, value_label="Page")
         with mid:
             table("Entry pages", report.top_visits("entry_page"), "entry_pages", exact=exact, value_label="Page")
         with right:
