@@ -6,6 +6,8 @@ Trust, but verify. Three reconciliations, each comparison a named finding:
 2. **raw = views** (``quality.raw_views``): non-bot page views per date in every traffic grain,
    in visits, and no page view outside a visit; (``quality.raw_props``) non-bot custom events per
    date, event name, property key and value in ``agg.props_1d``, and no row without such an event;
+   (``quality.raw_vitals``) non-bot vitals beacons, their band counts and scroll depths per date in
+   ``agg.vitals_1h``;
 3. **sketches**: the daily HLL visitors estimates (``agg.traffic_1d``, ``agg.props_1d``) within
    their 2-sigma bounds of the exact counts.
 
@@ -25,12 +27,14 @@ from dataclasses import dataclass
 import pandas as pd
 from prometheus_client import Counter
 
+from quality import raw_vitals
 from quality.findings import CHECKS, Finding, mismatches
 from quality.kafka_log import scan_topic
 from quality.kafka_raw import KafkaScan, reconcile_kafka_raw
 from quality.quarantine import record_statuses
 from quality.raw_props import PropsInput, reconcile_raw_props
 from quality.raw_views import TRAFFIC_TABLES, ViewsInput, reconcile_raw_views
+from quality.raw_vitals import VitalsInput, reconcile_raw_vitals
 from quality.store import append, read_rows
 from tally.log import kv
 from tally.quarantine import PartitionStatus
@@ -46,6 +50,7 @@ from tally.tables import (
     SESSIONS,
     TRAFFIC_1D,
     VISITS_1D,
+    VITALS_1H,
 )
 
 log = logging.getLogger("tally.quality.audit")
@@ -55,6 +60,7 @@ MISMATCHES = Counter("tally_quality_audit_mismatches", "Audit comparisons that d
 RAW_COLUMNS = (
     *("event_id", "event_date", "type", "is_bot", "site_id", "visitor_id", "event_time", "ts_received"),
     *("name", "props"),  # for agg.props_1d
+    *raw_vitals.RAW_COLUMNS,  # for agg.vitals_1h
 )
 PROPS_COLUMNS = ("site_id", "event_date", "name", "key", "value", "events", "visitors_sketch")
 DAY = dt.timedelta(days=1)
@@ -163,6 +169,9 @@ def audit(
     findings += reconcile_raw_views(views)
     props = read_rows(settings, PROPS_1D.table, PROPS_COLUMNS, start=start, end=end, equals=_site(site_id))
     findings += reconcile_raw_props(PropsInput(dates, in_range, props, views.late_events, views.watermark))
+    totals = {"dimension": "all", **_site(site_id)}
+    vitals = read_rows(settings, VITALS_1H.table, raw_vitals.VIEW_COLUMNS, start=start, end=end, equals=totals)
+    findings += reconcile_raw_vitals(VitalsInput(dates, in_range, vitals, views.late_events, views.watermark))
     kafka = f"{scan.describe()} (from {lookback} h before {start} by message time, to the end offsets at the start)"
     report = AuditReport(uuid.uuid4().hex, now, start, end, site_id, kafka, tuple(findings))
     if record:
