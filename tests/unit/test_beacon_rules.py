@@ -40,7 +40,9 @@ def test_whatever_the_fast_path_accepts_pydantic_accepts_with_the_same_values(re
 
 @FUZZ
 @given(
-    beacon=valid_beacons(), key=st.sampled_from(["n", "p", "ti", "r", "l", "z", "w", "e", "ld", "v"]), value=json_values
+    beacon=valid_beacons(),
+    key=st.sampled_from(["n", "p", "ti", "r", "l", "z", "w", "e", "ld", "v", "lcp", "inp", "cls", "fcp", "ttfb", "sd"]),
+    value=json_values,
 )
 def test_one_field_of_any_json_value_is_judged_alike(beacon: dict[str, Any], key: str, value: Any) -> None:
     same_result(json.dumps(beacon | {key: value}).encode())
