@@ -38,7 +38,7 @@ from starlette.types import Receive, Scope, Send
 from ingest.beacon import ParsedBody, Rejection, parse_beacons, parse_item_by_item, parse_valid_body
 from ingest.blocks import BlockFollower
 from ingest.durable import DurableLog
-from ingest.enrich import RequestFacts, parse_agent
+from ingest.enrich import RequestFacts, opt_out_signalled, parse_agent
 from ingest.eventlog import EventLog
 from ingest.geo import country_of, use_city_database
 from ingest.openapi import openapi_spec
@@ -137,6 +137,7 @@ def request_facts(request: Request) -> RequestFacts:
         addresses.client_ip(request.scope),
         request.headers.get("user-agent", "")[:1000],
         int(time.time() * 1000),
+        opt_out_signalled(request.headers.get("dnt", ""), request.headers.get("sec-gpc", "")),
     )
 
 
@@ -180,7 +181,9 @@ async def post_event(request: Request) -> Response:
     pipeline = pipeline_of(request)
     ingest = pipeline.settings.ingest
     received_at = int(time.time() * 1000)
-    content_type, declared, user_agent = header_values(request, b"content-type", b"content-length", b"user-agent")
+    content_type, declared, user_agent, dnt, gpc = header_values(
+        request, b"content-type", b"content-length", b"user-agent", b"dnt", b"sec-gpc"
+    )
     content_type = content_type.split(";")[0].strip().lower()
     addresses: ClientAddress = request.app.state["client_address"]
     ip = addresses.client_ip(request.scope)  # refusals are limited per client too
@@ -194,7 +197,7 @@ async def post_event(request: Request) -> Response:
     if content_type not in ACCEPTED_TYPES:
         rejection = Rejection(415, "unsupported_media_type", "send the event as text/plain or application/json")
         return json_response(await pipeline.refuse(rejection, body, received_at, ip))
-    facts = RequestFacts(ip, user_agent[:1000], received_at)
+    facts = RequestFacts(ip, user_agent[:1000], received_at, opt_out_signalled(dnt, gpc))
     parsed: ParsedBody | Rejection | None = parse_valid_body(body, max_batch=ingest.max_batch)
     if parsed is None:  # not Tally's valid body: Plausible's Events API body (docs/EVENTS-API.md), or invalid
         event = plausible_event(body)

@@ -57,6 +57,12 @@ class RequestFacts:
     client_ip: str
     user_agent: str
     ts_received: int
+    opted_out: bool = False  # the request carried DNT: 1 or Sec-GPC: 1
+
+
+def opt_out_signalled(dnt: str, gpc: str) -> bool:
+    """Whether a request's ``DNT`` or ``Sec-GPC`` header asks not to be tracked (both send "1")."""
+    return dnt.strip() == "1" or gpc.strip() == "1"
 
 
 def skew_corrected_time(ts_event: int, ts_sent: int, ts_received: int) -> int:

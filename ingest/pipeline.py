@@ -31,7 +31,9 @@ from tally.settings import Settings, SiteSettings
 
 log = logging.getLogger("tally.ingest")
 
-EVENTS = Counter("tally_ingest_events_total", "Events by outcome (accepted, or the rejection kind)", ["outcome"])
+EVENTS = Counter(
+    "tally_ingest_events_total", "Events by outcome (accepted, opt_out, or the rejection kind)", ["outcome"]
+)
 STORED = Counter("tally_ingest_stored_total", "Accepted events by where they were made durable", ["store"])
 THROTTLED = Counter("tally_ingest_throttled_requests_total", "Requests refused by a rate limit")
 SUPPRESSED = Counter(
@@ -93,6 +95,7 @@ class Pipeline:
         self.salts = SaltStore(settings.home_dir / "salts")
         self.refusals = RefusalLimiter(per_minute=settings.ratelimit.client_refusals_per_minute)
         self._accepted = EVENTS.labels(outcome="accepted")
+        self._opted_out = EVENTS.labels(outcome="opt_out")
         self._stored = {where: STORED.labels(store=where) for where in ("kafka", "spool")}
         self.counts = BufferedCounts()
 
@@ -223,6 +226,10 @@ class Pipeline:
                 events.append(event)
         return events, invalid
 
+    def _honours_opt_out(self, site_id: str) -> bool:
+        site = self.settings.site(site_id)
+        return bool(site and site.honour_opt_out)
+
     def _rate_limit(self, events: list[EventRecord], now_ms: int) -> Rejection | None:
         if not events:
             return None
@@ -245,6 +252,11 @@ class Pipeline:
     async def accept(self, parsed: ParsedBody, facts: RequestFacts) -> Outcome:
         """Enrich, check and store the valid beacons of a request; dead-letter the rest."""
         events, invalid = self._enrich_all(parsed, facts)
+        opted_out = 0
+        if facts.opted_out:
+            kept = [e for e in events if not self._honours_opt_out(e.site_id)]
+            opted_out, events = len(events) - len(kept), kept
+            self.counts.add(self._opted_out, opted_out)
         throttled = self._rate_limit(events, facts.ts_received)
         if throttled is not None:
             # The dead letter keeps the event but not who sent it: a refused event is no visit, and
@@ -263,11 +275,15 @@ class Pipeline:
         if events:
             self.counts.add(self._accepted, len(events))
             self.counts.add(self._stored[where], len(events))
+        if not events and not invalid:  # every event was dropped for the visitor's opt-out
+            return Outcome(202, {"accepted": 0, "ignored": opted_out, "reason": "opt-out"})
         if not events:
             first = invalid[0][1]
             headers = {"Retry-After": str(first.retry_after_s)} if first.retry_after_s else {}
             return Outcome(first.status, first.body(), headers)
         body: dict[str, Any] = {"accepted": len(events)}
+        if opted_out:
+            body |= {"ignored": opted_out, "reason": "opt-out"}
         if parsed.is_batch and invalid:
             body["rejected"] = [r.body() for _, r, _ in invalid]
         return Outcome(202, body)

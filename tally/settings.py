@@ -466,6 +466,9 @@ class SiteSettings:
     goals: tuple[str, ...] = ()
     # How long visitor ids last (tally.salt_periods): day (default, most private), week or month.
     salt_period: str = "day"
+    # Honour the browser's opt-out signals (Do-Not-Track ``DNT: 1``, Global Privacy Control
+    # ``Sec-GPC: 1``): ingest drops such a request's events for this site unstored (docs/CONFIGURATION.md).
+    honour_opt_out: bool = False
 
     def __post_init__(self) -> None:
         if self.salt_period not in SALT_PERIODS:
