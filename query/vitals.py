@@ -23,12 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import duckdb
 import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from query.aggregates import Aggregates, Range
-from query.exact import VISIT_ATTRIBUTES, event_condition, open_events
+from query.exact import MEMORY_LIMIT, VISIT_ATTRIBUTES, event_condition, open_events
 from query.report import VitalsReport
 from query.spec import (
     SCROLL_DEPTH,
@@ -38,6 +39,7 @@ from query.spec import (
     VITALS_METRICS,
     Filter,
     Query,
+    QueryError,
 )
 from tally.dimensions import ALL, NONE_VALUE
 from tally.sketches import digest_quantiles, merge_digests
@@ -225,7 +227,14 @@ class ExactVitals:
         )
         with open_events(self.raw, self.site_id, self.days, _COLUMNS) as con:
             con.execute("CREATE TEMP VIEW evr AS SELECT * FROM ev")
-            frame = con.execute(text, params).fetchall()
+            try:
+                frame = con.execute(text, params).fetchall()
+            except duckdb.InvalidInputException as e:  # a `matches` pattern RE2 cannot compile
+                raise QueryError("filters", f"a filter's regular expression is not valid: {e}") from e
+            except duckdb.OutOfMemoryException as e:
+                raise QueryError(
+                    "body", f"this question needs more than {MEMORY_LIMIT} of memory: narrow the range"
+                ) from e
             names = [d[0] for d in con.description or []]
         return [_exact_figures(dict(zip(names, record, strict=True))) for record in frame]
 

@@ -388,3 +388,9 @@ def test_over_http_a_vitals_metric_by_an_unsupported_dimension_is_a_400_naming_t
     schema = client.get("/openapi.json").json()
     metrics = schema["paths"]["/api/v2/query"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert {"lcp_p75", "inp_poor", "scroll_depth"} <= set(metrics["properties"]["metrics"]["items"]["enum"])
+
+
+def test_a_filter_pattern_duckdb_cannot_compile_is_a_400_not_a_crash() -> None:
+    with pytest.raises(QueryError) as refused:
+        ask({"metrics": ["lcp_p75"], "filters": [["matches", "event:page", ["(unclosed"]]]})
+    assert refused.value.part == "filters" and "regular expression is not valid" in str(refused.value)
