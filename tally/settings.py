@@ -13,6 +13,7 @@ import os
 import re
 import types
 import typing
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -469,8 +470,17 @@ class SiteSettings:
     # Honour the browser's opt-out signals (Do-Not-Track ``DNT: 1``, Global Privacy Control
     # ``Sec-GPC: 1``): ingest drops such a request's events for this site unstored (docs/CONFIGURATION.md).
     honour_opt_out: bool = False
+    # The IANA time zone the site's days are counted in (dashboard and API ranges); the views stay in UTC.
+    timezone: str = "UTC"
 
     def __post_init__(self) -> None:
+        try:
+            zoneinfo.ZoneInfo(self.timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as e:
+            raise SettingsError(
+                f"sites ({self.site_id}).timezone: {self.timezone!r} is not an IANA time zone; "
+                "write e.g. Europe/Berlin, America/New_York or UTC"
+            ) from e
         if self.salt_period not in SALT_PERIODS:
             raise SettingsError(
                 f"sites ({self.site_id}).salt_period: {self.salt_period!r} is not one of {', '.join(SALT_PERIODS)}"
