@@ -63,6 +63,9 @@ class KafkaSettings:
     pageviews_partitions: int = 2
     rejected_topic: str = "pageviews.rejected"
     ratelimit_topic: str = "ratelimit.blocks"
+    # Sites added, changed and removed at runtime (`tally site`), over the seed of `sites:`:
+    # compacted, keyed by site_id; every ingest and API process follows it (tally.site_registry).
+    sites_topic: str = "tally.sites"
     retention_hours: int = 168
     replication_factor: int = 1  # of every topic Tally creates
     min_insync_replicas: int = 1  # replicas that must have a write before acks=all succeeds
@@ -546,6 +549,19 @@ class Settings:
     def client_limit(self, site: SiteSettings) -> int:
         """Page views per hour one client may send to this site."""
         return site.client_pageviews_per_hour or self.ratelimit.client_pageviews_per_hour
+
+    def with_sites(self, sites: tuple[SiteSettings, ...]) -> Settings:
+        """These settings with another site list: the seed folded with the runtime records
+        (:mod:`tally.site_registry`), for code that looks sites up through :meth:`site`."""
+        return dataclasses.replace(self, sites=sites)
+
+
+def site_settings(values: Mapping[str, Any], *, key: str) -> SiteSettings:
+    """One site's settings from a mapping (a YAML entry or a runtime record's JSON), checked as the
+    file's are: unknown keys, types and values raise :class:`SettingsError` naming ``key``."""
+    if not isinstance(values.get("site_id"), str) or not values["site_id"]:
+        raise SettingsError(f"{key}.site_id: required, a non-empty string such as example.com")
+    return _build(SiteSettings, values, key)
 
 
 T = TypeVar("T")
