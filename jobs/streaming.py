@@ -18,7 +18,7 @@ import argparse
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,8 +267,9 @@ def default_checkpoints(settings: Settings) -> str:
     return str(settings.home_dir / "checkpoints")
 
 
-def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
-    """Start the view queries (traffic, sessions, rate limit, props, vitals) and return them."""
+def start(settings: Settings, *, checkpoint_root: str | None = None, queries: Collection[str] | None = None) -> ViewJob:
+    """Start the view queries (traffic, sessions, rate limit, props, vitals), or only the named ``queries``
+    (a test of one view), and return them."""
     spark = spark_session(settings, "tally-views", extra=scheduler_pools(settings))
     checkpoints = checkpoint_root or default_checkpoints(settings)
     journal = PendingJournal(spark, f"{checkpoints.rstrip('/')}/rollups-pending.json")
@@ -311,7 +312,11 @@ def start(settings: Settings, *, checkpoint_root: str | None = None) -> ViewJob:
         ),
     ]
     context = spark.sparkContext
+    unknown = set(queries or ()) - {plan[0] for plan in plans}
+    assert not unknown, f"no view queries named {sorted(unknown)}"
     for name, rows, mode, writer in plans:
+        if queries is not None and name not in queries:
+            continue
         trigger = trigger_seconds(settings, name)
         context.setLocalProperty("spark.scheduler.pool", LATENCY_POOL if name == "traffic" else BACKGROUND_POOL)
         query = (
