@@ -21,6 +21,7 @@ import base64
 import contextlib
 import gc
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -46,9 +47,13 @@ from ingest.pipeline import Outcome, Pipeline, log_startup
 from ingest.plausible_events import PlausibleEvents, plausible_event
 from ingest.proxies import ClientAddress
 from ingest.ratelimit import BlockList, RateLimiter
+from ingest.sites import SiteFollower
 from ingest.spool import Spool
-from tally.log import setup_logging
+from tally.log import kv, setup_logging
 from tally.settings import Settings, load_settings
+from tally.site_registry import SiteRegistry
+
+log = logging.getLogger("tally.ingest")
 
 SNIPPET = Path(__file__).parent / "static" / "t.min.js"
 VITALS_SNIPPET = Path(__file__).parent / "static" / "t.vitals.min.js"  # built from tracker/vitals.js
@@ -61,6 +66,9 @@ PIXEL = base64.b64decode("R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRA
 # lists, every ~1,700: about a sixth of a worker's CPU. Cycles (if any) are still collected.
 GC_YOUNG_THRESHOLD = 10_000
 COUNTS_FLUSH_S = 1.0  # accepted-event counters reach the metrics at most this late
+# A starting worker waits this long for the sites topic, so that a restart does not refuse a
+# runtime site's events; past it (Kafka down), it serves the sites read so far and the seed's.
+SITES_WAIT_S = 5.0
 
 
 class TooLarge(Exception):
@@ -285,12 +293,17 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     follower = BlockFollower(
         client_config=settings.kafka.client_config(), topic=settings.kafka.ratelimit_topic, blocks=state.blocks
     )
+    sites = SiteFollower(
+        client_config=settings.kafka.client_config(), topic=settings.kafka.sites_topic, registry=state.sites
+    )
     state.durable_log = store
-    state.pipeline = pipeline = Pipeline(settings, store, state.limiter)
+    state.pipeline = pipeline = Pipeline(settings, store, state.limiter, sites=state.sites)
     replayer = asyncio.create_task(store.replay_forever())
     counter = asyncio.create_task(flush_counts_forever(pipeline))
     settle_heap()
-    log_startup(settings)
+    if not await asyncio.to_thread(sites.caught_up.wait, SITES_WAIT_S):
+        log.warning("sites topic not read yet: serving the sites of conf/ until it is", extra=kv(wait_s=SITES_WAIT_S))
+    log_startup(settings, state.sites)
     try:
         yield
     finally:
@@ -302,6 +315,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
             await pipeline.store_suppressed()  # the counts of refusals not stored yet, whatever their minute
         finally:
             follower.close()
+            sites.close()
             kafka.close()
             store.spool.close()
 
@@ -309,7 +323,8 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 def create_app(settings: Settings | None = None) -> Starlette:
     """Build the ASGI app (uvicorn's factory: ``ingest.app:create_app``).
 
-    Wires ``app.state`` for the endpoints: ``settings``, ``blocks`` (the published rate-limit
+    Wires ``app.state`` for the endpoints: ``settings``, ``sites`` (the current sites, which the
+    worker's :class:`ingest.sites.SiteFollower` keeps current), ``blocks`` (the published rate-limit
     blocks), ``limiter``, ``client_address`` (the trusted proxies, parsed once), ``snippet`` (the
     tracker's bytes), ``vitals_snippet`` (the Core Web Vitals extension's), ``openapi_spec`` and
     ``plausible_events`` (the sites by domain, for Plausible's body); :func:`lifespan` adds each
@@ -329,6 +344,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan)
     blocks = BlockList()
     app.state.settings = settings
+    app.state.sites = sites = SiteRegistry(seed=settings.sites)
     app.state.blocks = blocks
     app.state.limiter = RateLimiter(site_events_per_second=settings.ratelimit.site_events_per_second, blocks=blocks)
     app.state.client_address = ClientAddress(
@@ -337,5 +353,5 @@ def create_app(settings: Settings | None = None) -> Starlette:
     app.state.snippet = SNIPPET.read_bytes()
     app.state.vitals_snippet = VITALS_SNIPPET.read_bytes()
     app.state.openapi_spec = openapi_spec(max_batch=settings.ingest.max_batch)
-    app.state.plausible_events = PlausibleEvents(sites=settings.sites)
+    app.state.plausible_events = PlausibleEvents(sites=sites)
     return app

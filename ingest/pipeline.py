@@ -28,6 +28,7 @@ from ingest.types import RecordStore
 from tally.deadletter import dead_letter
 from tally.log import kv
 from tally.settings import Settings, SiteSettings
+from tally.site_registry import SiteRegistry
 
 log = logging.getLogger("tally.ingest")
 
@@ -86,10 +87,17 @@ class Outcome:
 
 
 class Pipeline:
-    """Per-process ingest state: settings, salts, rate limiter and the durable store."""
+    """Per-process ingest state: settings, the current sites, salts, rate limiter and the durable store.
 
-    def __init__(self, settings: Settings, store: RecordStore, limiter: RateLimiter) -> None:
+    ``sites``: the sites this worker accepts, the seed of ``sites:`` folded with the sites topic
+    (:class:`ingest.sites.SiteFollower` keeps it current); by default the seed alone.
+    """
+
+    def __init__(
+        self, settings: Settings, store: RecordStore, limiter: RateLimiter, *, sites: SiteRegistry | None = None
+    ) -> None:
         self.settings = settings
+        self.sites = sites or SiteRegistry(seed=settings.sites)
         self.store = store
         self.limiter = limiter
         self.salts = SaltStore(settings.home_dir / "salts")
@@ -115,7 +123,7 @@ class Pipeline:
     def _site_named(self, item: Any) -> str:
         """The configured site an item names, else "" (refusals are counted per client, site and kind)."""
         site_id = item.get("s") if isinstance(item, dict) else None
-        return site_id if isinstance(site_id, str) and self.settings.site(site_id) else ""
+        return site_id if isinstance(site_id, str) and self.sites.get(site_id) else ""
 
     def _dead_letters(self, refused: list[Refused], client_ip: str, received_at: int) -> list[Record]:
         """The dead letters of a request's refusals: each stored whole while its client is within
@@ -186,7 +194,9 @@ class Pipeline:
     def _site_check(self, site_id: str, site: SiteSettings | None, hostname: str) -> Rejection | None:
         if site is None:
             return Rejection(
-                403, "unknown_site", f"site_id {site_id!r} is not configured; add it under sites: in conf/"
+                403,
+                "unknown_site",
+                f"site_id {site_id!r} is not configured; add it with `tally site add` (or under sites: in conf/)",
             )
         if site.domains and hostname not in site.domains:
             return Rejection(403, "foreign_host", f"host {hostname!r} does not belong to site {site_id!r}")
@@ -200,7 +210,7 @@ class Pipeline:
         # UA, country, client hash and visitor id belong to the client: worked out once for all its events.
         client = client_of(facts.client_ip, facts.user_agent, self.salts.salt_for(facts.ts_received))
         for beacon in parsed.beacons:
-            site = self.settings.site(beacon.s)
+            site = self.sites.get(beacon.s)
             try:
                 event = event_record(
                     beacon,
@@ -227,15 +237,16 @@ class Pipeline:
         return events, invalid
 
     def _honours_opt_out(self, site_id: str) -> bool:
-        site = self.settings.site(site_id)
+        site = self.sites.get(site_id)
         return bool(site and site.honour_opt_out)
 
     def _rate_limit(self, events: list[EventRecord], now_ms: int) -> Rejection | None:
         if not events:
             return None
         first = events[0]
-        site = self.settings.site(first.site_id)
-        assert site is not None, "events reach the rate limiter only for configured sites"
+        site = self.sites.get(first.site_id)
+        if site is None:  # removed while this request was being checked: the removal counts from the next one
+            site = SiteSettings(first.site_id)
         verdict = self.limiter.check(
             client_hash=first.client_hash,
             site_id=first.site_id,
@@ -294,5 +305,5 @@ def unavailable() -> Outcome:
     return Outcome(503, UNAVAILABLE.body(), {"Retry-After": str(UNAVAILABLE.retry_after_s)})
 
 
-def log_startup(settings: Settings) -> None:
-    log.info("ingest ready", extra=kv(kafka=settings.kafka.servers, sites=len(settings.sites)))
+def log_startup(settings: Settings, sites: SiteRegistry) -> None:
+    log.info("ingest ready", extra=kv(kafka=settings.kafka.servers, sites=len(sites.sites())))

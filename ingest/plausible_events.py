@@ -29,6 +29,7 @@ from ingest.enrich import RequestFacts
 from ingest.pipeline import Outcome, Pipeline
 from ingest.urls import split_url
 from tally.settings import SiteSettings
+from tally.site_registry import SiteRegistry
 from tally.vitals import SCROLL_DEPTH_KEY, SCROLL_DEPTH_MAX
 
 # Tally's own body always has these (beacon.py); a Plausible body never does.
@@ -196,10 +197,20 @@ def validation_refusal(error: ValidationError, names: dict[str, str]) -> Rejecti
 
 
 class PlausibleEvents:
-    """Plausible bodies for one configuration's sites: its domain index is built once per app."""
+    """Plausible bodies for the current sites: the domain index is built again only when they change."""
 
-    def __init__(self, *, sites: Sequence[SiteSettings]) -> None:
-        self._site_of_domain = domain_index(sites)
+    def __init__(self, *, sites: SiteRegistry) -> None:
+        self._sites = sites
+        self._generation = sites.generation
+        self._index = domain_index(sites.sites())
+
+    @property
+    def _site_of_domain(self) -> dict[str, str]:
+        """Bare domain -> site_id of the sites configured now (tally site add/remove included)."""
+        if self._generation != self._sites.generation:
+            self._generation = self._sites.generation
+            self._index = domain_index(self._sites.sites())
+        return self._index
 
     def _domains(self, event: dict[str, Any], url: str) -> list[str] | Rejection:
         key, raw = first_given(event, "d", "domain")
@@ -219,8 +230,8 @@ class PlausibleEvents:
         return Rejection(
             403,
             "unknown_site",
-            f"domain {domain[:253]!r} is not a configured site; add it under sites: in conf/ "
-            "(as a site_id, or to a site's domains)",
+            f"domain {domain[:253]!r} is not a configured site; add it with `tally site add` or under sites: "
+            "in conf/ (as a site_id, or to a site's domains)",
         )
 
     def read(self, event: dict[str, Any], *, received_at: int) -> ParsedBody | Rejection | Skipped:

@@ -220,6 +220,7 @@ def ensure_topics(settings: Settings) -> None:
         new_topic(k.pageviews_topic, k.pageviews_partitions, retention),
         new_topic(k.rejected_topic, 1, retention),
         new_topic(k.ratelimit_topic, 1, {"cleanup.policy": "compact"}),
+        new_topic(k.sites_topic, 1, {"cleanup.policy": "compact"}),  # tally site: the records of ops/site_commands.py
     ]
     admin = AdminClient(k.client_config())
     existing = set(admin.list_topics(timeout=10).topics)

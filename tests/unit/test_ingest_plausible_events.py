@@ -146,7 +146,7 @@ def test_a_comma_separated_domain_records_one_event_per_site_and_dead_letters_un
 @pytest.mark.parametrize(
     "body, status, kind, says",
     [
-        ({**SHORT_PAGEVIEW, "d": "nowhere.example"}, 403, "unknown_site", "add it under sites:"),
+        ({**SHORT_PAGEVIEW, "d": "nowhere.example"}, 403, "unknown_site", "or under sites:"),
         ({**SHORT_PAGEVIEW, "u": "https://elsewhere.example/"}, 403, "foreign_host", "does not belong"),
         ({**SHORT_PAGEVIEW, "n": ""}, 422, "invalid_event", "n: is required"),
         ({**SHORT_PAGEVIEW, "n": ["pageview"]}, 422, "invalid_event", "n: is required"),

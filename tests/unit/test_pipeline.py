@@ -109,3 +109,21 @@ def test_a_throttled_events_dead_letter_does_not_say_who_sent_it(pipeline: tuple
     payload = json.loads(letter.payload or "{}")
     assert payload["event_id"].endswith("000000000004")
     assert payload["visitor_id"] == "" and payload["client_hash"] == ""
+
+
+def test_a_site_added_at_runtime_is_accepted_and_once_removed_refused_as_unknown(
+    pipeline: tuple[Pipeline, MemoryStore],
+) -> None:
+    from tally.site_registry import encode_removal, encode_site
+
+    pipe, _ = pipeline
+    new = "c.example"
+    sent = beacon(1, s=new, u=f"https://{new}/")
+    assert accept(pipe, sent).body["error"] == "unknown_site"
+    pipe.sites.apply(new.encode(), encode_site(SiteSettings(new, domains=(new,), hash_routing=True), at_ms=NOW))
+    assert accept(pipe, sent).status == 202
+    assert accept(pipe, beacon(2, s=new, u="https://evil.example/")).body["error"] == "foreign_host"
+    pipe.sites.apply(new.encode(), encode_removal(at_ms=NOW))
+    refused = accept(pipe, beacon(3, s=new, u=f"https://{new}/"))
+    assert refused.status == 403 and refused.body["error"] == "unknown_site"
+    assert "tally site add" in refused.body["message"]
