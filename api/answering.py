@@ -20,7 +20,7 @@ from typing import Any
 from api.keys import ApiKey, keys_path, load_keys, verify
 from api.throttle import HourlyLimit
 from query.engine import run
-from query.plausible import parse_query
+from query.plausible import parse_site_query
 from query.sources import Sources
 from query.spec import Query, QueryError
 from tally.annotations import AnnotationError, add_annotation, annotations_for, load_annotations
@@ -101,7 +101,7 @@ class Answering:
         403 a site the key may not read.
         """
         try:
-            query = parse_query(body, today=dt.datetime.now(dt.UTC).date())
+            query = parse_site_query(body, now=dt.datetime.now(dt.UTC), timezone_of=self.sources.timezone)
         except QueryError as e:
             raise Refused(400, str(e), part=e.part) from e
         # The key's scope first: a key for site A learns nothing about which other sites exist.

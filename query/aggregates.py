@@ -151,8 +151,11 @@ def _quantiles(digests: pd.Series) -> tuple[float, ...] | None:
 
 def totals(agg: Aggregates, site_id: str, days: Range) -> Totals:
     """KPIs: exact sums, one HLL union for unique visitors, merged digests for percentiles."""
-    traffic = agg.traffic(site_id, days, "all")
-    visits = agg.visits(site_id, days, "all")
+    return totals_of(agg.traffic(site_id, days, "all"), agg.visits(site_id, days, "all"))
+
+
+def totals_of(traffic: pd.DataFrame, visits: pd.DataFrame) -> Totals:
+    """KPIs of ``all`` rows of the traffic and visit views, whatever windows they are."""
     return Totals(
         pageviews=int(traffic["pageviews"].sum()),
         events=int(traffic["events"].sum()),
@@ -192,7 +195,11 @@ def top(agg: Aggregates, site_id: str, days: Range, dimension: str, limit: int =
     Only the top ``limit`` values get an HLL union, so the cost does not grow with the number
     of distinct pages.
     """
-    rows = agg.traffic(site_id, days, dimension)
+    return top_of(agg.traffic(site_id, days, dimension), dimension, limit)
+
+
+def top_of(rows: pd.DataFrame, dimension: str, limit: int) -> pd.DataFrame:
+    """:func:`top` of traffic rows of one dimension, whatever windows they are."""
     order = "events" if dimension == "event" else "pageviews"
     if rows.empty:
         return pd.DataFrame(columns=["value", "pageviews", "events", "visitors", "visitors_bound"])
@@ -207,7 +214,11 @@ def top(agg: Aggregates, site_id: str, days: Range, dimension: str, limit: int =
 
 def top_visits(agg: Aggregates, site_id: str, days: Range, dimension: str, limit: int = 10) -> pd.DataFrame:
     """Top values of a visit dimension (entry/exit page, source, …): visits, bounce rate, duration."""
-    rows = agg.visits(site_id, days, dimension)
+    return top_visits_of(agg.visits(site_id, days, dimension), limit)
+
+
+def top_visits_of(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
+    """:func:`top_visits` of visit rows of one dimension, whatever windows they are."""
     if rows.empty:
         return pd.DataFrame(columns=["value", "visits", "bounce_rate", "avg_duration_s"])
     sums = rows.groupby("value", as_index=False)[["visits", "bounces", "duration_ms"]].sum()

@@ -24,6 +24,7 @@ import pandas as pd
 
 from query.exact import ExactQuery, leaves, matching_values, time_label
 from query.report import Report, VitalsReport
+from query.site_time import LocalDays, buckets, is_utc, local_time
 from query.spec import (
     MAX_LIMIT,
     PERCENTILE_METRICS,
@@ -86,7 +87,8 @@ def fits_aggregates(query: Query) -> bool:
     metrics = set(query.metrics)
     d = query.dimension
     if d is not None and d.name == "props":  # agg.props_1d: one property's values, of one event name or all
-        return metrics <= {"visitors", "events"} and _event_name(query) is not False
+        # ... of whole UTC days: a site in another zone gets them from raw events
+        return metrics <= {"visitors", "events"} and _event_name(query) is not False and is_utc(query.timezone)
     if query.filters and not _on_own_dimension(query):
         return False
     if d is None:
@@ -107,6 +109,7 @@ def run(query: Query, sources: Sources) -> Answer:
     rows, source = _rows(query, sources)
     rows = _ordered(rows, query)
     meta: dict[str, Any] = {"source": source, "metrics": {m: _metric_meta(m, rows, source) for m in query.metrics}}
+    meta["timezone"] = query.timezone  # the zone the dates and time buckets are the site's days and hours in
     if "visitors" in query.metrics or "percentage" in query.metrics:
         meta["visitors"] = sources.visitors_meaning(query.site_id, query.start, query.end)
     if source == "aggregates" and query.dimension is not None and query.dimension.name == "props":
@@ -202,7 +205,7 @@ def _compared(
     """Each row with ``comparison``: the same dimensions over the comparison range, its metrics and the change."""
     assert query.compare is not None
     if query.compare_between is not None:  # a date-time range compares with the instants as long before
-        first, last = query.compare_between
+        first, last = (local_time(t, query.timezone) for t in query.compare_between)
         end_day = (last - dt.timedelta(microseconds=1)).date()
         before = dataclasses.replace(
             query, start=first.date(), end=end_day, between=query.compare_between, compare=None, compare_between=None
@@ -425,6 +428,10 @@ def _time_labels(query: Query, grain: str) -> list[str]:
             labels.append(max(monday, query.start).isoformat())
             monday += dt.timedelta(days=7)
         return labels
+    if grain == "hour" and not is_utc(query.timezone):  # local hours: 23 or 24 distinct across a DST change
+        return [
+            time_label(b, grain, query.start) for b in buckets(LocalDays(query.start, query.end, query.timezone), grain)
+        ]
     at = dt.datetime.combine(query.start, dt.time())
     end = dt.datetime.combine(query.end + dt.timedelta(days=1), dt.time())
     step = dt.timedelta(days=1) if grain == "day" else dt.timedelta(hours=1)

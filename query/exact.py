@@ -31,6 +31,7 @@ import pyarrow.dataset as ds
 
 from query.aggregates import Range
 from query.goals import Step
+from query.site_time import UTC, is_utc
 from query.spec import GOAL, PERCENTILE_METRICS, VISIT_METRICS, Filter, Query, QueryError, dimension
 from tally.dimensions import AUDIENCE_DIMENSIONS, NONE_VALUE
 
@@ -99,9 +100,10 @@ class ExactQuery:
     def measure(self, query: Query) -> list[Row]:
         """Rows with each metric unrounded, visit metrics as sums (``visits``, ``bounces``,
         ``duration_ms``, ``visit_pageviews``), for :class:`query.raw.RawQuery`'s report."""
-        with open_events(self.raw, self.site_id, Range(query.start, query.end), _COLUMNS) as con:
-            if query.between is not None:
-                start, end = (int(t.timestamp() * 1000) for t in query.between)
+        interval = query.utc_interval()  # date-times, or the site's local days
+        with open_events(self.raw, self.site_id, Range(*query.utc_dates()), _COLUMNS) as con:
+            if interval is not None:
+                start, end = (int(t.timestamp() * 1000) for t in interval)
                 con.execute(
                     f"CREATE TEMP VIEW evr AS SELECT * FROM ev WHERE event_time >= {start} AND event_time < {end}"
                 )
@@ -184,7 +186,7 @@ class ExactQuery:
         source = "numbered e JOIN visits v USING (visitor_id, visit)" if visits else "evr e"
         if GOAL in dimensions:
             source += f" JOIN goals g ON {_goal_match('e', 'g')}"
-        keys = [_dimension_sql(d, "event") for d in dimensions]
+        keys = [_dimension_sql(d, "event", query.timezone) for d in dimensions]
         where = [_filter_sql(f, sql, "event", self.goals) for f in filters] or ["true"]
         if any(dimension(d).name == "name" for d in dimensions):
             where.append("e.type IN ('pageview', 'event')")  # engagement beacons are not events of their own
@@ -220,7 +222,7 @@ class ExactQuery:
         source = "numbered e JOIN visits v USING (visitor_id, visit)"
         if GOAL in query.dimensions:
             source += f" JOIN goals g ON {_goal_match('e', 'g')}"
-        keys = [_dimension_sql(d, "visit") for d in query.dimensions]
+        keys = [_dimension_sql(d, "visit", query.timezone) for d in query.dimensions]
         where = [_filter_sql(f, sql, "visit", self.goals) for f in query.filters] or ["true"]
         distinct = ", ".join([*(f"{k} AS d{i}" for i, k in enumerate(keys)), "e.visitor_id", "e.visit"])
         dims = ", ".join(f"d{i}" for i in range(len(keys)))
@@ -305,12 +307,16 @@ def _without_goals(filters: Iterable[Filter]) -> tuple[Filter, ...]:
     return tuple(f for f in filters if GOAL not in _leaves([f]))
 
 
-def _dimension_sql(name: str, counting: str) -> str:
-    """The SQL value of a dimension for event rows (``e``) or visit rows (``v`` for visit attributes)."""
+def _dimension_sql(name: str, counting: str, timezone: str = UTC) -> str:
+    """The SQL value of a dimension for event rows (``e``) or visit rows (``v`` for visit attributes);
+    a time bucket is the site's local date or hour in ``timezone``."""
     d = dimension(name)
     if d.kind == "time":
         at = "e.event_time" if counting == "event" else "v.started"
-        return f"date_trunc('{_TRUNC[d.name]}', make_timestamp({at} * 1000))"
+        instant = f"make_timestamp({at} * 1000)"
+        if not is_utc(timezone):  # the wall clock of the site's zone (DuckDB's ICU time zones)
+            instant = f"timezone({_quote(timezone)}, {instant} AT TIME ZONE 'UTC')"
+        return f"date_trunc('{_TRUNC[d.name]}', {instant})"
     if d.name == "goal":
         return "g.label"
     if d.name == "props":

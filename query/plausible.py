@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from query.site_time import UTC, local_midnight, local_time, local_today, zone
 from query.spec import (
     COMPARISONS,
     FILTER_OPERATORS,
@@ -36,9 +37,18 @@ MAX_FILTER_VALUES = 100
 MAX_FILTER_TEXT = 1000  # "all": Tally refuses events before 2020 (quality.earliest_year)
 
 
-def parse_query(body: Any, *, today: dt.date, now: dt.datetime | None = None) -> Query:
-    """Read a v2 request body; ``today`` is the UTC date relative ranges count from (and ``now``
-    the instant ``24h`` ends at: the end of ``today`` unless given)."""
+def parse_site_query(body: Any, *, now: dt.datetime, timezone_of: Callable[[str], str]) -> Query:
+    """Read a v2 request body at the instant ``now``, its dates read as the days of the site's own
+    zone (``timezone_of(site_id)``: ``sites[].timezone``): what the API and the MCP server answer."""
+    site_id = body.get("site_id") if isinstance(body, Mapping) else None
+    timezone = timezone_of(site_id) if isinstance(site_id, str) and site_id else UTC
+    return parse_query(body, today=local_today(timezone, now), timezone=timezone)
+
+
+def parse_query(body: Any, *, today: dt.date, now: dt.datetime | None = None, timezone: str = UTC) -> Query:
+    """Read a v2 request body; ``today`` is the site's local date relative ranges count from (and
+    ``now`` the instant ``24h`` ends at: the end of ``today`` unless given). Dates are the site's
+    days in ``timezone`` (:mod:`query.site_time`); a date-time without an offset is its wall clock."""
     if not isinstance(body, Mapping):
         raise QueryError("body", "the request body must be a JSON object")
     try:
@@ -53,9 +63,10 @@ def parse_query(body: Any, *, today: dt.date, now: dt.datetime | None = None) ->
         raise QueryError("site_id", "site_id is required: the site's id as configured in Tally")
     if "date" in body:
         today = _date(body["date"], "date")
-    between = parse_time_range(body.get("date_range"), now=now or _end_of(today))
+    between = parse_time_range(body.get("date_range"), now=now or _end_of(today, timezone), timezone=timezone)
     if between is not None:
-        start, end = between[0].date(), (between[1] - dt.timedelta(microseconds=1)).date()
+        first, last = (local_time(t, timezone) for t in (between[0], between[1] - dt.timedelta(microseconds=1)))
+        start, end = first.date(), last.date()
     else:
         start, end = parse_date_range(body.get("date_range"), today=today)
     metrics = _metrics(body.get("metrics"))
@@ -84,6 +95,7 @@ def parse_query(body: Any, *, today: dt.date, now: dt.datetime | None = None) ->
         compare_between=_shifted(include.get("compare"), between),
         limit=limit,
         offset=offset,
+        timezone=timezone,
     )
 
 
@@ -103,17 +115,17 @@ def parse_date_range(value: Any, *, today: dt.date) -> tuple[dt.date, dt.date]:
     return start, end
 
 
-def parse_time_range(value: Any, *, now: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
+def parse_time_range(value: Any, *, now: dt.datetime, timezone: str = UTC) -> tuple[dt.datetime, dt.datetime] | None:
     """``24h`` or a pair of ISO date-times (``2024-01-01 12:00:00`` or ``…T12:00:00Z``) as a half-open
-    UTC interval; the second is inclusive to the second, as in Plausible's docs (``…15:59:59``).
-    None for a range of whole days."""
+    UTC interval; the second is inclusive to the second, as in Plausible's docs (``…15:59:59``). A
+    date-time without an offset is read in the site's ``timezone``. None for a range of whole days."""
     if value == "24h":
         return now - dt.timedelta(hours=24), now
     if not (isinstance(value, list) and len(value) == 2 and all(_is_instant(v) for v in value)):
         if isinstance(value, list) and any(_is_instant(v) for v in value):
             raise QueryError("date_range", "date_range is two dates or two date-times, not one of each")
         return None
-    first, last = (_instant(v, f"date_range[{i}]") for i, v in enumerate(value))
+    first, last = (_instant(v, f"date_range[{i}]", timezone) for i, v in enumerate(value))
     last += dt.timedelta(seconds=1) if last.microsecond == 0 else dt.timedelta(microseconds=1)
     if last <= first:
         raise QueryError("date_range", "date_range ends before it starts")
@@ -126,20 +138,20 @@ def _is_instant(value: Any) -> bool:
     return isinstance(value, str) and len(value) > 10 and value[10] in "T "
 
 
-def _instant(value: str, where: str) -> dt.datetime:
+def _instant(value: str, where: str, timezone: str) -> dt.datetime:
     try:
         instant = dt.datetime.fromisoformat(value)
     except ValueError as e:
         raise QueryError(where, f"{where}: {value!r} is not an ISO date-time (2026-01-31T12:00:00Z)") from e
     if instant.tzinfo is None:
-        instant = instant.replace(tzinfo=dt.UTC)  # as Plausible: a time without an offset is in the site's zone (UTC)
+        instant = instant.replace(tzinfo=zone(timezone))  # as Plausible: a time without an offset is in the site's zone
     if not EARLIEST_DAY.year <= instant.year <= LATEST_DAY.year:
         raise QueryError(where, f"{where}: {value!r} is out of range")
     return instant.astimezone(dt.UTC)
 
 
-def _end_of(day: dt.date) -> dt.datetime:
-    return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.UTC)
+def _end_of(day: dt.date, timezone: str) -> dt.datetime:
+    return local_midnight(day + dt.timedelta(days=1), timezone)
 
 
 def _shortcut(name: str, today: dt.date) -> tuple[dt.date, dt.date]:

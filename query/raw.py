@@ -22,6 +22,8 @@ import pyarrow.dataset as ds
 from query.aggregates import Range, Totals
 from query.exact import ExactQuery, goal_label, open_events
 from query.goals import Step
+from query.site_time import UTC, LocalDays, is_utc
+from query.site_time import buckets as site_buckets
 from query.spec import GOAL, PROPS_PREFIX, Filter, Query
 from tally.dimensions import AUDIENCE_DIMENSIONS, EVENT, NONE_VALUE, RAW_DIMENSION_COLUMNS
 from tally.sketches import Estimate
@@ -50,10 +52,18 @@ class RawQuery:
     days: Range
     filters: Mapping[str, str]
     gap_ms: int
+    timezone: str = UTC  # the zone ``days`` are the site's local days in
     exact = True
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
-        return open_events(self.raw, self.site_id, self.days, _EVENT_COLUMNS)
+        """DuckDB with ``ev``: the events of the site's local days (their UTC instants)."""
+        if is_utc(self.timezone):
+            return open_events(self.raw, self.site_id, self.days, _EVENT_COLUMNS)
+        local = LocalDays(self.days.start, self.days.end, self.timezone)
+        con = open_events(self.raw, self.site_id, Range(*local.utc_dates), _EVENT_COLUMNS)
+        start, end = (int(t.timestamp() * 1000) for t in local.instants)
+        con.execute(f"CREATE TEMP VIEW ev_local AS SELECT * FROM ev WHERE event_time >= {start} AND event_time < {end}")
+        return con
 
     def _exact(self, goals: tuple[Step, ...] = ()) -> ExactQuery:
         return ExactQuery(self.raw, self.site_id, self.gap_ms, goals)
@@ -64,7 +74,13 @@ class RawQuery:
         """Rows of the exact engine (:mod:`query.exact`): the same code the Stats API answers with."""
         filters = tuple(Filter("is", dimension=API_FILTERS[k], values=(v,)) for k, v in self.filters.items())
         query = Query(
-            self.site_id, self.days.start, self.days.end, metrics, dimensions=dimensions, filters=filters + extra
+            self.site_id,
+            self.days.start,
+            self.days.end,
+            metrics,
+            dimensions=dimensions,
+            filters=filters + extra,
+            timezone=self.timezone,
         )
         return self._exact(**kw).measure(query)
 
@@ -89,11 +105,27 @@ class RawQuery:
 
     def series(self, grain: str) -> pd.DataFrame:
         """Page views, visitors and visits per hour or day (every bucket present)."""
-        rows = self._measure((f"time:{'hour' if grain == 'hour' else 'day'}",), ("visitors", "visits"))
-        freq = "h" if grain == "hour" else "D"
-        start, end = pd.Timestamp(self.days.start, tz="UTC"), pd.Timestamp(self.days.end, tz="UTC")
-        buckets = pd.date_range(start, end + pd.Timedelta(days=1), freq=freq, inclusive="left")
-        found = {pd.Timestamp(r["dimensions"][0], tz="UTC"): r["metrics"] for r in rows}
+        grain = "hour" if grain == "hour" else "day"
+        rows = self._measure((f"time:{grain}",), ("visitors", "visits"))
+        if is_utc(self.timezone):
+            freq = "h" if grain == "hour" else "D"
+            start, end = pd.Timestamp(self.days.start, tz="UTC"), pd.Timestamp(self.days.end, tz="UTC")
+            buckets = pd.date_range(start, end + pd.Timedelta(days=1), freq=freq, inclusive="left")
+            found = {pd.Timestamp(r["dimensions"][0], tz="UTC"): r["metrics"] for r in rows}
+        else:  # the site's local dates or hours, as the time buckets of the zoned views (query.zoned)
+            local = LocalDays(self.days.start, self.days.end, self.timezone)
+            buckets = pd.DatetimeIndex(
+                [
+                    pd.Timestamp(b).tz_localize(self.timezone, ambiguous=True, nonexistent="shift_forward")
+                    for b in site_buckets(local, grain)
+                ]
+            )
+            found = {
+                pd.Timestamp(r["dimensions"][0]).tz_localize(
+                    self.timezone, ambiguous=True, nonexistent="shift_forward"
+                ): r["metrics"]
+                for r in rows
+            }
         frame = pd.DataFrame(index=buckets)
         for column in ("pageviews", "visitors", "visits"):
             frame[column] = [int(found.get(b, {}).get(column, 0)) for b in buckets]
@@ -173,7 +205,7 @@ class RawQuery:
         with self._connect() as con:
             con.execute(
                 "CREATE TEMP TABLE matching AS SELECT visitor_id, event_time, type, path, name "
-                f"FROM ev WHERE {condition}",
+                f"FROM {'ev' if is_utc(self.timezone) else 'ev_local'} WHERE {condition}",
                 params,
             )
             con.execute("CREATE TEMP TABLE progress AS SELECT DISTINCT visitor_id, -1::BIGINT AS at FROM matching")

@@ -15,8 +15,10 @@ from query.exact import ExactQuery
 from query.goals import Step
 from query.raw import API_FILTERS, RawQuery
 from query.report import Report, VitalsReport
+from query.site_time import UTC, LocalDays, is_utc
 from query.spec import Filter
 from query.vitals import AggregateVitals, ExactVitals
+from query.zoned import ZonedReport, ZonedVitals
 from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
 from tally.storage import find_table
@@ -35,16 +37,27 @@ class Sources:
         self.settings = settings
         self.aggregates = aggregates or Aggregates(settings)
 
+    def timezone(self, site_id: str) -> str:
+        """The IANA zone a site's days are counted in (``sites[].timezone``; UTC for an unknown site)."""
+        site = self.settings.site(site_id)
+        return site.timezone if site is not None else UTC
+
     def raw(self, site_id: str, days: Range, filters: Mapping[str, str]) -> RawQuery | None:
-        """A drill-down over raw events, or None before the archiver has written anything."""
+        """A drill-down over raw events of the site's local days, or None before the archiver has written anything."""
         table = find_table(self.settings, RAW_PAGEVIEWS)
         if table is None:
             return None
-        return RawQuery(table.to_pyarrow_dataset(), site_id, days, filters, session_gap_ms(self.settings))
+        gap = session_gap_ms(self.settings)
+        return RawQuery(table.to_pyarrow_dataset(), site_id, days, filters, gap, self.timezone(site_id))
 
     def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report:
-        """The aggregate tables' report of a site over a range of dates."""
-        return AggregateReport(self.aggregates, site_id, Range(start, end))
+        """The aggregate tables' report of a site over a range of its local dates: the views' own
+        days for a UTC site, else its days put together from UTC days, hours and minutes."""
+        timezone = self.timezone(site_id)
+        if is_utc(timezone):
+            return AggregateReport(self.aggregates, site_id, Range(start, end))
+        raw = self.raw(site_id, Range(start, end), {})
+        return ZonedReport(self.aggregates, site_id, LocalDays(start, end, timezone), raw)
 
     def exact(self, site_id: str) -> ExactQuery | None:
         """Any query over the site's raw events, exact; None before the archiver has written anything."""
@@ -64,13 +77,22 @@ class Sources:
         """The aggregate report without filters; with filters, raw events (exact; empty before any)."""
         days = Range(start, end)
         if not filters:
-            return AggregateReport(self.aggregates, site_id, days)
+            return self.aggregate_report(site_id, start, end)
         raw = self.raw(site_id, days, filters)
         return raw if raw is not None else AggregateReport(self.aggregates, "", days)  # no raw rows: nothing matches
 
     def aggregate_vitals(self, site_id: str, start: dt.date, end: dt.date) -> VitalsReport:
-        """Core Web Vitals and scroll depth of whole days from ``agg.vitals_1h`` (p75 approximate)."""
-        return AggregateVitals(self.aggregates, site_id, Range(start, end))
+        """Core Web Vitals and scroll depth of whole local days from ``agg.vitals_1h`` (p75 approximate);
+        a site whose days begin on a half or quarter hour gets them from raw events (exact), since
+        the view keeps whole hours only."""
+        timezone = self.timezone(site_id)
+        if is_utc(timezone):
+            return AggregateVitals(self.aggregates, site_id, Range(start, end))
+        days = LocalDays(start, end, timezone)
+        if days.hour_aligned:
+            return ZonedVitals(self.aggregates, site_id, days)
+        exact = self.exact_vitals(site_id, *days.utc_dates, between=days.instants)
+        return exact if exact is not None else AggregateVitals(self.aggregates, "", Range(start, end))
 
     def exact_vitals(
         self,
@@ -92,5 +114,10 @@ class Sources:
         if not filters:
             return self.aggregate_vitals(site_id, start, end)
         exact = tuple(Filter("is", dimension=API_FILTERS[k], values=(v,)) for k, v in filters.items())
-        found = self.exact_vitals(site_id, start, end, filters=exact)
+        timezone = self.timezone(site_id)
+        days = LocalDays(start, end, timezone)
+        between = None if is_utc(timezone) else days.instants
+        found = self.exact_vitals(
+            site_id, *(days.utc_dates if between else (start, end)), filters=exact, between=between
+        )
         return found if found is not None else self.aggregate_vitals("", start, end)  # no raw rows: nothing matches

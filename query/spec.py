@@ -11,6 +11,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Literal
 
+from query.site_time import UTC, LocalDays, is_utc, utc_dates
 from tally.vitals import BANDS, REPORTED_QUANTILE, VITALS
 
 MAX_RANGE_DAYS = 400  # as the dashboard: a longer range is refused, never silently cut
@@ -126,7 +127,7 @@ class Filter:
 
 @dataclass(frozen=True)
 class Query:
-    """One stats query over an inclusive range of UTC dates."""
+    """One stats query over an inclusive range of the site's local dates (``timezone``; UTC by default)."""
 
     site_id: str
     start: dt.date
@@ -142,6 +143,19 @@ class Query:
     compare_between: tuple[dt.datetime, dt.datetime] | None = None  # ... of a date-time range
     limit: int = MAX_LIMIT
     offset: int = 0
+    timezone: str = UTC  # the IANA zone the dates are the site's days in (sites[].timezone)
+
+    def utc_interval(self) -> tuple[dt.datetime, dt.datetime] | None:
+        """The half-open UTC interval the query covers: its date-times, or its local days' instants;
+        None for whole UTC days (the views' own days)."""
+        if self.between is not None:
+            return self.between
+        return None if is_utc(self.timezone) else LocalDays(self.start, self.end, self.timezone).instants
+
+    def utc_dates(self) -> tuple[dt.date, dt.date]:
+        """The UTC dates (the tables' ``event_date`` partitions) the query's instants touch."""
+        interval = self.utc_interval()
+        return utc_dates(interval) if interval is not None else (self.start, self.end)
 
     @property
     def dimension(self) -> Dimension | None:

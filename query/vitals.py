@@ -31,6 +31,7 @@ import pyarrow.dataset as ds
 from query.aggregates import Aggregates, Range
 from query.exact import MEMORY_LIMIT, VISIT_ATTRIBUTES, event_condition, open_events
 from query.report import VitalsReport
+from query.site_time import LocalDays, is_utc
 from query.spec import (
     SCROLL_DEPTH,
     VITAL_BAND_METRICS,
@@ -256,8 +257,11 @@ def _exact_figures(record: Mapping[str, Any]) -> VitalFigures:
 
 
 def fits_vitals_view(query: Query) -> bool:
-    """Whether ``agg.vitals_1h`` holds a vitals query's answer: whole days and no filters."""
-    return query.between is None and not query.filters
+    """Whether ``agg.vitals_1h`` holds a vitals query's answer: whole days and no filters, and days
+    whose edges fall on whole UTC hours (a zone on a half or quarter hour: raw events, exact)."""
+    if query.between is not None or query.filters:
+        return False
+    return is_utc(query.timezone) or LocalDays(query.start, query.end, query.timezone).hour_aligned
 
 
 def is_vitals_query(query: Query) -> bool:
@@ -272,7 +276,7 @@ def vitals_rows(query: Query, sources: VitalsSources) -> tuple[list[dict[str, An
         source = "aggregates"
     else:
         reader = sources.exact_vitals(
-            query.site_id, query.start, query.end, filters=query.filters, between=query.between
+            query.site_id, *query.utc_dates(), filters=query.filters, between=query.utc_interval()
         )
         source = "raw"
     dimension = VITALS_API_DIMENSIONS[query.dimensions[0]] if query.dimensions else ALL
