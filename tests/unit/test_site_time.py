@@ -14,8 +14,8 @@ NEW_YORK, KOLKATA, KATHMANDU = "America/New_York", "Asia/Kolkata", "Asia/Kathman
 SPRING, FALL = dt.date(2026, 3, 8), dt.date(2026, 11, 1)  # New York's 2026 DST start and end
 
 
-def utc(*parts: int) -> dt.datetime:
-    return dt.datetime(*parts, tzinfo=dt.UTC)  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> dt.datetime:
+    return dt.datetime(year, month, day, hour, minute, tzinfo=dt.UTC)
 
 
 def hours(interval: tuple[dt.datetime, dt.datetime]) -> float:
