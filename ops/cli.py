@@ -17,6 +17,7 @@ from ops.processes import ProcessError
 from ops.quality_commands import add_audit_arguments, add_check_arguments, run_audit, run_check
 from ops.schedule import add_arguments as add_schedule_arguments
 from ops.schedule import run as run_schedule
+from ops.site_commands import add_site_arguments, run_site
 from ops.stack import WATCHDOG, Stack, api_url, dashboard_url, ingest_url
 from ops.systemd import add_arguments as add_systemd_arguments
 from ops.systemd import run as run_systemd
@@ -234,6 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--target", help="ingest base URL (default: the configured ingest)")
     annotate = add("annotate", run_annotate, "Note something on a site's day; shown on the time series and in the API.")
     add_annotate_arguments(annotate)
+    site = add(
+        "site",
+        run_site,
+        "Add, list and remove sites at runtime (no restart): ingest and the Stats API follow them within seconds.",
+    )
+    add_site_arguments(site)
     apikey = add("apikey", run_apikey, "Create, list and revoke Stats API keys (stored hashed, scoped to sites).")
     add_apikey_arguments(apikey)
     add(
