@@ -1,0 +1,246 @@
+"""A site's days in its own time zone, through the Stats API over real backfilled views.
+
+Two sites besides conf/test.yaml's: one in America/New_York (its 2026 DST starts on 8 March: a
+23-hour day) and one in Asia/Kolkata (+05:30: its days begin at 18:30 UTC, on a half hour). Page
+views spread over UTC hours and minutes, many near the local midnights, go into raw.pageviews; one
+real Spark backfill computes the views; the API answers over HTTP in-process. Every answer for local
+days equals a truth computed here from the raw rows with zoneinfo: page views and visits exact,
+visitors within the stated 95% bound, visits sessionised as the views do (30 minutes of inactivity
+ends one, counted on the local day it started).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pytest
+from starlette.testclient import TestClient
+
+from api.app import create_app
+from api.keys import create_key
+from jobs.backfill import backfill
+from tally.settings import Settings, SiteSettings
+from tally.table_schemas import RAW_PAGEVIEWS_SCHEMA
+from tests.integration.views_support import write_raw
+
+NEW_YORK, KOLKATA = "newyork.tally.test", "kolkata.tally.test"
+ZONES = {NEW_YORK: "America/New_York", KOLKATA: "Asia/Kolkata"}
+LOCAL_DAYS = [dt.date(2026, 3, 7), dt.date(2026, 3, 8), dt.date(2026, 3, 9)]  # 8 March: New York's DST starts
+UTC_DAYS = (dt.date(2026, 3, 6), dt.date(2026, 3, 10))  # the local days' instants, and events outside them
+PAGES = ["/", "/pricing", "/docs"]
+GAP = dt.timedelta(minutes=30)
+
+
+def local_midnights(site: str) -> list[dt.datetime]:
+    zone = ZoneInfo(ZONES[site])
+    days = [*LOCAL_DAYS, LOCAL_DAYS[-1] + dt.timedelta(days=1)]
+    return [dt.datetime.combine(d, dt.time(), zone).astimezone(dt.UTC) for d in days]
+
+
+def visits(site: str, rng: random.Random) -> list[dict[str, Any]]:
+    """Page views of visits: half start within 50 minutes of a local midnight, the rest anywhere from
+    a day before the range to a day after; 1-4 page views each, 1-12 minutes apart."""
+    rows: list[dict[str, Any]] = []
+    earliest = dt.datetime.combine(UTC_DAYS[0], dt.time(12), dt.UTC)
+    span = (dt.datetime.combine(UTC_DAYS[1], dt.time(12), dt.UTC) - earliest).total_seconds()
+    edges = local_midnights(site)
+    for i in range(260):
+        if i % 2:
+            start = rng.choice(edges) + dt.timedelta(seconds=rng.randrange(-3000, 3000))
+        else:
+            start = earliest + dt.timedelta(seconds=rng.randrange(int(span)))
+        visitor = f"{site}-visitor-{rng.randrange(120)}"
+        at = start
+        for j in range(rng.choice([1, 1, 2, 3, 4])):
+            at += dt.timedelta(seconds=rng.randrange(60, 720)) if j else dt.timedelta(0)
+            rows.append(
+                {
+                    "event_id": f"{site}-{i}-{j}",
+                    "type": "pageview",
+                    "site_id": site,
+                    "hostname": site,
+                    "path": rng.choice(PAGES),
+                    "url": f"https://{site}/",
+                    "visitor_id": visitor,
+                    "is_bot": i % 41 == 0,
+                    "event_time": int(at.timestamp() * 1000),
+                    "event_date": at.date(),
+                    "schema_version": 1,
+                }
+            )
+    return rows
+
+
+EVENTS = [e for site in ZONES for e in visits(site, random.Random(site))]
+
+
+def local_date(site: str, event_time_ms: int) -> dt.date:
+    return dt.datetime.fromtimestamp(event_time_ms / 1000, ZoneInfo(ZONES[site])).date()
+
+
+def truth(site: str, *, page: str | None = None) -> dict[dt.date, dict[str, Any]]:
+    """Per local date: page views, visitor ids, and visits (sessionised over all of the site's events,
+    by the local date of their start) with their bounces."""
+    out: dict[dt.date, dict[str, Any]] = defaultdict(
+        lambda: {"pageviews": 0, "visitors": set(), "visits": 0, "bounces": 0}
+    )
+    by_visitor: dict[str, list[int]] = defaultdict(list)
+    for e in EVENTS:
+        if e["site_id"] != site or e["is_bot"]:
+            continue
+        by_visitor[e["visitor_id"]].append(e["event_time"])
+        if page is None or e["path"] == page:
+            day = out[local_date(site, e["event_time"])]
+            day["pageviews"] += 1
+            day["visitors"].add(e["visitor_id"])
+    gap_ms = GAP // dt.timedelta(milliseconds=1)
+    for times in by_visitor.values():
+        times.sort()
+        session = [times[0]]
+        for t in [*times[1:], None]:
+            if t is not None and t - session[-1] < gap_ms:
+                session.append(t)
+                continue
+            day = out[local_date(site, session[0])]
+            day["visits"] += 1
+            day["bounces"] += len(session) == 1
+            session = [t] if t is not None else []
+    return out
+
+
+def summed(site: str, days: list[dt.date]) -> dict[str, Any]:
+    per_day = truth(site)
+    visits_ = sum(per_day[d]["visits"] for d in days)
+    return {
+        "pageviews": sum(per_day[d]["pageviews"] for d in days),
+        "visitors": len(set().union(*(per_day[d]["visitors"] for d in days))),
+        "visits": visits_,
+        "bounce_rate": round(100 * sum(per_day[d]["bounces"] for d in days) / visits_, 1),
+    }
+
+
+@pytest.fixture(scope="module")
+def api(settings: Settings, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    home = tmp_path_factory.mktemp("site-timezones")
+    sites = tuple(SiteSettings(site_id=s, domains=(s,), timezone=zone) for s, zone in ZONES.items())
+    iso = dataclasses.replace(
+        settings,
+        home=str(home),
+        warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse")),
+        api=dataclasses.replace(settings.api, requests_per_hour=100_000),
+        sites=settings.sites + sites,
+    )
+    assert iso.spark.session_gap == GAP
+    columns = {name: [e.get(name) for e in EVENTS] for name in RAW_PAGEVIEWS_SCHEMA.names}
+    write_raw(iso, pa.table(columns, schema=RAW_PAGEVIEWS_SCHEMA))
+    backfill(spark, iso, start=UTC_DAYS[0], end=UTC_DAYS[1], progress=False)
+    key, _ = create_key(iso, name="zones", sites=tuple(ZONES), now=dt.datetime.now(dt.UTC))
+    with TestClient(create_app(iso), headers={"Authorization": f"Bearer {key}"}) as client:
+        yield client
+
+
+def ask(client: TestClient, site: str, body: dict[str, Any]) -> dict[str, Any]:
+    answer = client.post("/api/v2/query", json={"site_id": site, **body})
+    assert answer.status_code == 200, answer.text
+    result = dict(answer.json())
+    assert result["meta"]["timezone"] == ZONES[site]
+    return result
+
+
+def close_enough(estimate: float, exact: int, bound: float) -> bool:
+    return abs(estimate - exact) <= max(1.0, bound * exact)
+
+
+METRICS = ["pageviews", "visits", "bounce_rate", "visitors"]
+
+
+@pytest.mark.parametrize("site", list(ZONES))
+@pytest.mark.parametrize(
+    "days", [LOCAL_DAYS, [LOCAL_DAYS[1]], [LOCAL_DAYS[2]]], ids=["three days", "8 March", "9 March"]
+)
+def test_totals_of_local_days_equal_the_raw_events_of_those_days_in_the_sites_zone(
+    api: TestClient, site: str, days: list[dt.date]
+) -> None:
+    answer = ask(api, site, {"date_range": [days[0].isoformat(), days[-1].isoformat()], "metrics": METRICS})
+    assert answer["meta"]["source"] == "aggregates"
+    got = dict(zip(METRICS, answer["results"][0]["metrics"], strict=True))
+    expected = summed(site, days)
+    assert [got[m] for m in ("pageviews", "visits", "bounce_rate")] == [
+        expected[m] for m in ("pageviews", "visits", "bounce_rate")
+    ]
+    assert close_enough(got["visitors"], expected["visitors"], answer["meta"]["metrics"]["visitors"]["bound_95"])
+
+
+@pytest.mark.parametrize("site", list(ZONES))
+def test_a_daily_series_has_one_bucket_per_local_date_equal_to_the_raw_events(api: TestClient, site: str) -> None:
+    body = {"date_range": [LOCAL_DAYS[0].isoformat(), LOCAL_DAYS[-1].isoformat()], "dimensions": ["time:day"]}
+    answer = ask(api, site, {**body, "metrics": ["pageviews", "visits", "visitors"]})
+    per_day = truth(site)
+    rows = {r["dimensions"][0]: r["metrics"] for r in answer["results"]}
+    assert sorted(rows) == [d.isoformat() for d in LOCAL_DAYS]
+    for day in LOCAL_DAYS:
+        pageviews, visits_, visitors = rows[day.isoformat()]
+        assert [pageviews, visits_] == [per_day[day]["pageviews"], per_day[day]["visits"]], day
+        assert close_enough(visitors, len(per_day[day]["visitors"]), answer["meta"]["metrics"]["visitors"]["bound_95"])
+
+
+def test_new_yorks_dst_day_has_23_hourly_buckets_and_they_add_up_to_the_day(api: TestClient) -> None:
+    day = LOCAL_DAYS[1].isoformat()
+    body = {"date_range": [day, day], "dimensions": ["time:hour"], "include": {"time_labels": True}}
+    answer = ask(api, NEW_YORK, {**body, "metrics": ["pageviews"]})
+    labels = answer["meta"]["time_labels"]
+    assert len(labels) == 23 and f"{day} 02:00:00" not in labels and f"{day} 03:00:00" in labels
+    assert sum(r["metrics"][0] for r in answer["results"]) == truth(NEW_YORK)[LOCAL_DAYS[1]]["pageviews"]
+
+
+def test_kolkatas_hourly_buckets_are_local_hours_read_from_minutes(api: TestClient) -> None:
+    day = LOCAL_DAYS[1]
+    answer = ask(
+        api, KOLKATA, {"date_range": [day.isoformat()] * 2, "dimensions": ["time:hour"], "metrics": ["pageviews"]}
+    )
+    zone = ZoneInfo(ZONES[KOLKATA])
+    hourly: dict[str, int] = defaultdict(int)
+    for e in EVENTS:
+        at = dt.datetime.fromtimestamp(e["event_time"] / 1000, zone)
+        if e["site_id"] == KOLKATA and not e["is_bot"] and at.date() == day:
+            hourly[at.strftime("%Y-%m-%d %H:00:00")] += 1
+    assert {r["dimensions"][0]: r["metrics"][0] for r in answer["results"]} == hourly
+
+
+@pytest.mark.parametrize("site", list(ZONES))
+def test_an_exact_answer_from_raw_events_counts_the_same_local_days(api: TestClient, site: str) -> None:
+    body = {"date_range": [LOCAL_DAYS[0].isoformat(), LOCAL_DAYS[-1].isoformat()], "dimensions": ["time:day"]}
+    answer = ask(api, site, {**body, "metrics": ["pageviews", "visitors"], "filters": [["is", "event:page", ["/"]]]})
+    assert answer["meta"]["source"] == "raw"
+    expected = truth(site, page="/")
+    assert {r["dimensions"][0]: r["metrics"] for r in answer["results"]} == {
+        d.isoformat(): [expected[d]["pageviews"], len(expected[d]["visitors"])]
+        for d in LOCAL_DAYS
+        if expected[d]["pageviews"]
+    }
+
+
+def test_the_events_straddle_the_local_midnights_so_utc_days_would_differ() -> None:
+    for site in ZONES:
+        in_range = [e for e in EVENTS if e["site_id"] == site and not e["is_bot"]]
+        by_utc = sum(1 for e in in_range if LOCAL_DAYS[0] <= e["event_date"] <= LOCAL_DAYS[-1])
+        assert by_utc != summed(site, LOCAL_DAYS)["pageviews"], site
+
+
+@pytest.mark.parametrize("site", list(ZONES))
+def test_the_previous_period_of_a_local_day_is_the_local_day_before(api: TestClient, site: str) -> None:
+    day = LOCAL_DAYS[2].isoformat()
+    body = {"date_range": [day, day], "metrics": ["pageviews", "visits"], "include": {"compare": "previous_period"}}
+    answer = ask(api, site, body)
+    assert answer["meta"]["comparison_date_range"] == [LOCAL_DAYS[1].isoformat()] * 2
+    row = answer["results"][0]
+    now, before = summed(site, [LOCAL_DAYS[2]]), summed(site, [LOCAL_DAYS[1]])
+    assert row["metrics"] == [now["pageviews"], now["visits"]]
+    assert row["comparison"]["metrics"] == [before["pageviews"], before["visits"]]
