@@ -7,21 +7,19 @@ address bar always holds a link to exactly what is on screen.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import replace
 from typing import cast
 
 import streamlit as st
 
-from dashboard.view import MAX_FUNNEL_STEPS, PRESETS, Preset, View
+from dashboard.view import MAX_FUNNEL_STEPS, PRESETS, Preset, View, range_label
 from query.aggregates import Aggregates, Range, dimension_values
 from query.goals import Step
 from query.raw import FILTERS
+from query.site_time import local_today
 
 ANY = "(any)"
-
-
-def _preset_label(preset: str) -> str:
-    return PRESETS[cast(Preset, preset)]
 
 
 def _index(options: list[str], value: str | None) -> int:
@@ -35,21 +33,30 @@ def step_candidates(agg: Aggregates, site_id: str, days: Range, chosen: tuple[St
     return list(dict.fromkeys([*map(str, chosen), *events, *pages]))
 
 
-def sidebar(view: View, sites: list[str], agg: Aggregates, today: dt.date) -> View:
-    """Render the controls; return the view they describe."""
+def sidebar(
+    view: View, sites: list[str], agg: Aggregates, now: dt.datetime, *, timezone_of: Callable[[str], str]
+) -> View:
+    """Render the controls; return the view they describe. Dates are the chosen site's days in its
+    zone (``timezone_of``: ``sites[].timezone``), and every range label names the zone."""
     bar = st.sidebar
     site = bar.selectbox("Site", sites, index=_index(sites, view.site), key="site")
+    zone = timezone_of(site)
+    today = local_today(zone, now)
     presets: list[str] = list(PRESETS)
     preset = cast(
         Preset,
         bar.selectbox(
-            "Date range", presets, index=_index(presets, view.preset), format_func=_preset_label, key="range"
+            "Date range",
+            presets,
+            index=_index(presets, view.preset),
+            format_func=lambda p: range_label(cast(Preset, p), zone),
+            key="range",
         ),
     )
     start, end = view.start, view.end
     if preset == "custom":
         first, last = view.dates(today) if view.preset == "custom" else (today - dt.timedelta(days=6), today)
-        chosen = bar.date_input("From – to (UTC)", value=(first, last), max_value=today, key="custom")
+        chosen = bar.date_input(f"From – to ({zone})", value=(first, last), max_value=today, key="custom")
         if isinstance(chosen, tuple) and len(chosen) == 2:
             start, end = chosen
         else:

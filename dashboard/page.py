@@ -10,11 +10,12 @@ import streamlit as st
 
 from dashboard import panels, vitals_panel
 from dashboard.controls import sidebar
-from dashboard.view import PRESETS, View, ViewError, from_query, to_query
+from dashboard.view import View, ViewError, from_query, range_label, to_query
 from query import freshness
-from query.aggregates import AggregateReport, Aggregates, Range, Totals
+from query.aggregates import Aggregates, Range, Totals
 from query.raw import RawQuery
 from query.report import Report
+from query.site_time import local_time, local_today
 from query.sources import Sources
 from tally.annotations import MAX_TEXT, AnnotationError, add_annotation, annotations_for
 from tally.lag import describe_lag
@@ -30,7 +31,7 @@ def aggregates(settings: Settings) -> Aggregates:
 
 
 def raw_report(settings: Settings, view: View, days: Range) -> RawQuery | None:
-    """A drill-down over raw events, or None before the archiver has written anything."""
+    """A drill-down over raw events of the site's local days, or None before the archiver has written anything."""
     return Sources(settings, aggregates(settings)).raw(view.site, days, view.filters)
 
 
@@ -61,18 +62,21 @@ def past_figures(_report: Report, key: tuple[object, ...], grain: str) -> tuple[
     return _report.totals(), _report.series(grain)
 
 
-def figures(report: Report, view: View, days: Range, today: dt.date, grain: str) -> tuple[Totals, pd.DataFrame]:
-    """Totals and series of ``report``: from :func:`past_figures` when the range cannot change any more."""
+def figures(
+    report: Report, view: View, days: Range, today: dt.date, grain: str, timezone: str
+) -> tuple[Totals, pd.DataFrame]:
+    """Totals and series of ``report``: from :func:`past_figures` when the range cannot change any more
+    (``today`` and ``days`` are the site's local dates in ``timezone``)."""
     if days.end < today:
-        key = (view.site, days.start, days.end, tuple(sorted(view.filters.items())), report.exact)
+        key = (view.site, timezone, days.start, days.end, tuple(sorted(view.filters.items())), report.exact)
         return past_figures(report, key, grain)
     return report.totals(), report.series(grain)
 
 
-def annotate(settings: Settings, site_id: str, today: dt.date) -> None:
+def annotate(settings: Settings, site_id: str, today: dt.date, timezone: str) -> None:
     """A form under the chart to note something on a day (``tally annotate`` does the same)."""
     with st.expander("Annotate a day"), st.form("annotate", clear_on_submit=True):
-        day = st.date_input("Day (UTC)", value=today, max_value=today + dt.timedelta(days=366))
+        day = st.date_input(f"Day ({timezone})", value=today, max_value=today + dt.timedelta(days=366))
         text = st.text_input("Note", max_chars=MAX_TEXT, placeholder="launched the pricing page", key="annotation_text")
         if st.form_submit_button("Add to the chart") and isinstance(day, dt.date):
             try:
@@ -85,12 +89,12 @@ def annotate(settings: Settings, site_id: str, today: dt.date) -> None:
                 st.rerun()
 
 
-def data_age(agg: Aggregates, site_id: str, now: dt.datetime, refresh: int) -> None:
+def data_age(agg: Aggregates, site_id: str, now: dt.datetime, refresh: int, timezone: str) -> None:
     """How old the newest figures are (the newest closed minute of agg.traffic_1m), and how often they refresh."""
     last = freshness.newest_window_end(agg, site_id, now.date())
     age = f"newest data {describe_lag(max(now - last, dt.timedelta(0)))} old" if last else "no data today or yesterday"
     every = f" · refreshes every {refresh} s" if refresh else ""
-    st.caption(f"Live: {age}{every} · as of {now:%H:%M:%S} UTC")
+    st.caption(f"Live: {age}{every} · as of {local_time(now, timezone):%H:%M:%S} {timezone}")
 
 
 def show(
@@ -114,7 +118,6 @@ def show(
     another tab, or a revoked share link, reruns the whole page, which shows the login form).
     """
     now = dt.datetime.now(dt.UTC)
-    today = now.date()
     try:
         view = from_query(params, default_site=sites[0])
     except ViewError as e:
@@ -125,19 +128,23 @@ def show(
         st.error("You have no access to that site, or it is not configured.")
         st.stop()
     agg = aggregates(settings)
+    sources = Sources(settings, agg)
     if not read_only:
-        view = sidebar(view, sites, agg, today)
+        view = sidebar(view, sites, agg, now, timezone_of=sources.timezone)
         st.sidebar.button("Refresh figures", key="refresh", help="Reads the tables again (keeps you logged in).")
         st.query_params.from_dict(to_query(view))
+    # The site's days: every range below is of its local dates (query/site_time.py does the arithmetic).
+    zone = sources.timezone(view.site)
+    today = local_today(zone, now)
     days = Range(*view.dates(today))
     st.title(f"Tally · {view.site}")
-    label = PRESETS[view.preset] if view.preset != "custom" else f"{days.start} – {days.end}"
-    st.caption(f"{label} (UTC) · bots excluded" + (" · read-only shared view" if read_only else ""))
+    label = range_label(view.preset, zone) if view.preset != "custom" else f"{days.start} – {days.end} ({zone})"
+    st.caption(f"{label} · bots excluded" + (" · read-only shared view" if read_only else ""))
     quarantine_warning(settings, view.site)
 
     raw = raw_report(settings, view, days)
-    report: Report = AggregateReport(agg, view.site, days)
-    previous: Report | None = AggregateReport(agg, view.site, Range(*view.previous(today)))
+    report: Report = sources.aggregate_report(view.site, days.start, days.end)
+    previous: Report | None = sources.aggregate_report(view.site, *view.previous(today))
     if view.filtered:
         if raw is None:
             st.info("No raw events yet, so filters cannot be applied.")
@@ -158,16 +165,17 @@ def show(
             st.rerun(scope="app")  # the gate shows the login form or the refusal
         now = dt.datetime.now(dt.UTC)
         panels.realtime(agg, view.site, now)
-        current, series = figures(report, view, days, today, grain)
-        before, before_series = figures(previous, view, previous_days, today, grain) if previous else (None, None)
+        current, series = figures(report, view, days, today, grain, zone)
+        before, before_series = figures(previous, view, previous_days, today, grain, zone) if previous else (None, None)
         if current.pageviews == 0 and current.events == 0:
             st.info(
                 "No page views in this range yet. Start traffic with `tally traffic`, or embed the snippet shown by "
                 "`tally up` in a page of this site. Views update every few seconds."
             )
         panels.kpis(current, before, report.exact, meaning)
-        panels.time_series(series, before_series, grain, annotations_for(settings, view.site, days.start, days.end))
-        data_age(agg, view.site, now, refresh)
+        notes = annotations_for(settings, view.site, days.start, days.end)
+        panels.time_series(series, before_series, grain, notes, timezone=zone)
+        data_age(agg, view.site, now, refresh, zone)
         return current
 
     previous_days = Range(*view.previous(today))
@@ -175,14 +183,14 @@ def show(
     meaning = visitors_meaning(site.salt_period if site else "day", days.start, days.end)
     current = headline()
     if not read_only:
-        annotate(settings, view.site, today)
-    vitals = vitals_panel.read(Sources(settings, agg).vitals(view.site, days.start, days.end, view.filters))
+        annotate(settings, view.site, today, zone)
+    vitals = vitals_panel.read(sources.vitals(view.site, days.start, days.end, view.filters))
     panels.top_tables(report, vitals.scroll_depths())
     panels.events_and_goals(report, current, view.goals)
-    panels.custom_properties(AggregateReport(agg, view.site, days), filtered=view.filtered)
+    panels.custom_properties(sources.views_report(view.site, days.start, days.end), filtered=view.filtered)
     panels.funnel(raw, view.funnel)
     panels.performance(current, report.exact)
     vitals_panel.core_web_vitals(vitals, tag=vitals_panel.vitals_tag(settings, view.site))
     panels.data_health(settings, agg, view.site, days, now, every_site=every_site)
-    st.caption(f"Figures as of {now:%H:%M:%S} UTC.")
+    st.caption(f"Figures as of {local_time(now, zone):%H:%M:%S} ({zone}).")
     return view

@@ -21,6 +21,7 @@ from query import freshness
 from query.aggregates import AggregateReport, Aggregates, Range, Totals, realtime_visitors
 from query.goals import Step
 from query.report import Report
+from query.zoned import ZonedReport
 from tally.annotations import Annotation
 from tally.dimensions import NONE_VALUE
 from tally.lag import describe_lag
@@ -88,27 +89,47 @@ def kpis(current: Totals, previous: Totals | None, exact: bool, meaning: str) ->
     st.caption(f"Visitors here are {meaning}.")
 
 
+def wall_clock(times: pd.Series, timezone: str) -> pd.Series:
+    """Bucket starts as the site's wall-clock times (naive), so the chart's axis reads in its zone
+    whatever the browser's zone: Vega-Lite shows a time without an offset as written."""
+    times = pd.to_datetime(times)
+    if times.dt.tz is None:
+        return times
+    return times.dt.tz_convert(timezone).dt.tz_localize(None)
+
+
 def time_series(
-    current: pd.DataFrame, previous: pd.DataFrame | None, grain: str, notes: list[Annotation] | None = None
+    current: pd.DataFrame,
+    previous: pd.DataFrame | None,
+    grain: str,
+    notes: list[Annotation] | None = None,
+    *,
+    timezone: str = "UTC",
 ) -> None:
-    """Page views and visitors per bucket, the previous period overlaid on the same axis, and the
-    range's annotations as dashed rules with their text (SVG text: never Markdown or HTML)."""
+    """Page views and visitors per bucket (the site's local hours or dates, ``timezone``), the previous
+    period overlaid on the same axis, and the range's annotations as dashed rules with their text (SVG
+    text: never Markdown or HTML)."""
     st.subheader(f"Page views and visitors per {grain}")
     chart = current[["time", "pageviews", "visitors"]].rename(
         columns={"pageviews": "Page views", "visitors": "Visitors"}
     )
+    chart["time"] = wall_clock(chart["time"], timezone)
     if previous is not None and len(previous) == len(current):
         chart["Page views (previous period)"] = previous["pageviews"].to_numpy()
     long = chart.melt("time", var_name="series", value_name="count")
     lines = (
         alt.Chart(long)
         .mark_line()
-        .encode(x=alt.X("time:T", title=None), y=alt.Y("count:Q", title=None), color=alt.Color("series:N", title=None))
+        .encode(
+            x=alt.X("time:T", title=f"Time ({timezone})"),
+            y=alt.Y("count:Q", title=None),
+            color=alt.Color("series:N", title=None),
+        )
     )
     layers: list[alt.Chart] = [lines]
     if notes:
         marks = pd.DataFrame(
-            {"time": [pd.Timestamp(n.day, tz="UTC") for n in notes], "note": [f"{n.day}: {n.text}" for n in notes]}
+            {"time": [pd.Timestamp(n.day) for n in notes], "note": [f"{n.day}: {n.text}" for n in notes]}
         )
         rules = alt.Chart(marks).mark_rule(strokeDash=[4, 4], color="gray").encode(x="time:T", tooltip=["note:N"])
         labels = (
@@ -209,7 +230,7 @@ def events_and_goals(report: Report, totals: Totals, goals: tuple[Step, ...]) ->
 EVERY_EVENT = "(every event)"
 
 
-def custom_properties(report: AggregateReport, *, filtered: bool) -> None:
+def custom_properties(report: AggregateReport | ZonedReport, *, filtered: bool) -> None:
     """Values of one property key of custom events, from agg.props_1d (never filtered: the view holds
     no page, source or device, so a filtered page shows the whole site's values and says so)."""
     st.subheader("Custom properties")

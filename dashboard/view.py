@@ -25,6 +25,12 @@ PRESETS: dict[Preset, str] = {
 }
 _PRESET_DAYS: dict[Preset, int] = {"today": 1, "7d": 7, "30d": 30, "90d": 90}
 
+
+def range_label(preset: Preset, timezone: str) -> str:
+    """A preset's label with the zone its days are counted in: ``Today (Asia/Kolkata)``."""
+    return f"{PRESETS[preset]} ({timezone})"
+
+
 # Every query parameter a view uses (anything else in a URL is ignored).
 QUERY_KEYS = frozenset({"site", "range", "from", "to", "compare", "goals", "funnel", *(f"f_{k}" for k in FILTERS)})
 MAX_FUNNEL_STEPS = 5
@@ -56,7 +62,7 @@ class View:
     goals: tuple[Step, ...] = ()
 
     def dates(self, today: dt.date) -> tuple[dt.date, dt.date]:
-        """The chosen range as inclusive UTC dates."""
+        """The chosen range as inclusive dates of the site's days (``today`` is the site's local date)."""
         if self.preset == "custom":
             assert self.start and self.end, "a custom range has start and end"
             return self.start, self.end

@@ -51,8 +51,12 @@ class Sources:
         return RawQuery(table.to_pyarrow_dataset(), site_id, days, filters, gap, self.timezone(site_id))
 
     def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report:
-        """The aggregate tables' report of a site over a range of its local dates: the views' own
-        days for a UTC site, else its days put together from UTC days, hours and minutes."""
+        """The aggregate tables' report of a site over a range of its local dates (:meth:`views_report`)."""
+        return self.views_report(site_id, start, end)
+
+    def views_report(self, site_id: str, start: dt.date, end: dt.date) -> AggregateReport | ZonedReport:
+        """The views' report of a site's local dates: the views' own days for a UTC site, else its
+        days put together from UTC days, hours and minutes (:mod:`query.zoned`)."""
         timezone = self.timezone(site_id)
         if is_utc(timezone):
             return AggregateReport(self.aggregates, site_id, Range(start, end))
