@@ -1,0 +1,159 @@
+"""Sites at runtime against a real broker and two ingest processes: `tally site add` is followed by
+both within seconds, `tally site remove` too, a restarted ingest still knows the runtime site, and a
+garbage record on the sites topic costs nothing."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+from ops.processes import Service, Supervisor
+from ops.stack import free_ports, http_ok
+from tally.settings import Settings
+from tests.integration.conftest import wait_for
+
+FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+FOLLOW_S = 10  # the bound on "within seconds": a follower polls every 0.2 s
+INGESTS = ("ingest-sites-a", "ingest-sites-b")
+
+
+def ingest_service(name: str, port: int, workers: int) -> Service:
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "ingest", "--port", str(port), "--workers", str(workers), "--metrics-port", "0"]
+    return Service(name, command, port=port, ready=functools.partial(http_ok, url + "/healthz"))
+
+
+@pytest.fixture(scope="module")
+def ingests(supervisor: Supervisor, kafka: str) -> Iterator[dict[str, Service]]:
+    """Two ingest processes of their own, the second with two workers (each worker follows the topic)."""
+    services = {
+        name: ingest_service(name, port, workers)
+        for name, port, workers in zip(INGESTS, free_ports(2), (1, 2), strict=True)
+    }
+    for service in services.values():
+        supervisor.start(service)
+    yield services
+    for name in services:
+        supervisor.stop(name)
+
+
+def url_of(service: Service) -> str:
+    return f"http://127.0.0.1:{service.port}"
+
+
+def send(service: Service, site: str) -> httpx.Response:
+    now = int(time.time() * 1000)
+    beacon: dict[str, Any] = {"id": str(uuid.uuid4()), "k": "pageview", "s": site, "u": f"https://{site}/x"}
+    beacon |= {"te": now, "ts": now}
+    headers = {"Content-Type": "text/plain", "User-Agent": FIREFOX}
+    return httpx.post(f"{url_of(service)}/api/event", json=beacon, headers=headers, timeout=10)
+
+
+def tally(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The real command line, in this session's environment (its own home, ports and broker)."""
+    return subprocess.run(
+        [sys.executable, "-m", "tally", *argv], capture_output=True, text=True, env=os.environ.copy(), timeout=120
+    )
+
+
+def every_answer(services: dict[str, Service], site: str, status: int) -> bool:
+    """True once every ingest process answers ``status`` for a beacon of ``site`` (several tries each,
+    so that with two workers both are asked)."""
+    return all(send(s, site).status_code == status for s in services.values() for _ in range(4))
+
+
+def test_the_sites_topic_is_created_compacted(settings: Settings, kafka: str) -> None:
+    admin = AdminClient(settings.kafka.client_config())
+    resource = ConfigResource(ConfigResource.Type.TOPIC, settings.kafka.sites_topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert configs["cleanup.policy"].value == "compact"
+
+
+def test_a_site_added_with_tally_site_add_is_accepted_by_both_ingests_within_seconds_then_refused_once_removed(
+    settings: Settings, supervisor: Supervisor, ingests: dict[str, Service]
+) -> None:
+    site = f"rt-{uuid.uuid4().hex[:8]}.example"
+    assert all(send(s, site).json()["error"] == "unknown_site" for s in ingests.values())
+
+    added = tally("site", "add", site, "--domains", f"{site},www.{site}", "--salt-period", "week")
+    assert added.returncode == 0, added.stderr
+    start = time.monotonic()
+    wait_for(lambda: every_answer(ingests, site, 202), FOLLOW_S, f"both ingests to accept {site}")
+    followed_s = time.monotonic() - start
+    listed = tally("site", "list")
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [ln for ln in listed.stdout.splitlines() if ln.startswith(site)]
+    assert line.split()[1:3] == ["runtime", "week"]
+
+    # A restarted ingest reads the topic before it serves: its first answer already knows the site.
+    supervisor.stop(INGESTS[0])
+    supervisor.start(ingests[INGESTS[0]])
+    assert send(ingests[INGESTS[0]], site).status_code == 202
+
+    again = tally("site", "add", site, "--domains", site)
+    assert again.returncode == 2 and "--replace" in again.stderr
+
+    removed = tally("site", "remove", site)
+    assert removed.returncode == 0, removed.stderr
+    wait_for(lambda: every_answer(ingests, site, 403), FOLLOW_S, f"both ingests to refuse {site}")
+    refusal = send(ingests[INGESTS[1]], site).json()
+    assert refusal["error"] == "unknown_site"  # the same 403 as a site never configured
+
+    supervisor.stop(INGESTS[1])
+    supervisor.start(ingests[INGESTS[1]])
+    assert send(ingests[INGESTS[1]], site).status_code == 403  # a restart does not bring it back
+
+    unknown = tally("site", "remove", site)
+    assert unknown.returncode == 2 and "tally site list" in unknown.stderr
+    assert followed_s < FOLLOW_S
+
+
+def test_a_seed_site_removed_at_runtime_stays_removed_across_a_restart_until_added_again(
+    settings: Settings, supervisor: Supervisor, ingests: dict[str, Service]
+) -> None:
+    seeded = "limited.tally.test"  # in conf/test.yaml's sites:
+    assert tally("site", "remove", seeded).returncode == 0
+    try:
+        wait_for(lambda: every_answer(ingests, seeded, 403), FOLLOW_S, f"both ingests to refuse {seeded}")
+        supervisor.stop(INGESTS[0])
+        supervisor.start(ingests[INGESTS[0]])
+        assert send(ingests[INGESTS[0]], seeded).status_code == 403  # the seed does not bring it back
+    finally:
+        restored = tally("site", "add", seeded, "--domains", seeded, "--client-pageviews-per-hour", "5")
+        assert restored.returncode == 0, restored.stderr
+    wait_for(lambda: every_answer(ingests, seeded, 202), FOLLOW_S, f"both ingests to accept {seeded} again")
+
+
+def test_a_garbage_record_on_the_sites_topic_is_skipped_and_ingest_keeps_following(
+    settings: Settings, ingests: dict[str, Service]
+) -> None:
+    producer = Producer(settings.kafka.client_config())
+    failed: list[str] = []
+    garbage = [(b"junk.example", b"not json"), (b"junk.example", b'{"v": 1, "site": 3}'), (b"\xff", b"{}")]
+    garbage += [(b"junk.example", b'{"v": 1, "site": {"site_id": "junk.example", "salt_period": "year"}}')]
+    for key, value in garbage:  # (a compacted topic refuses a record without a key: Kafka keeps that out)
+        producer.produce(
+            settings.kafka.sites_topic,
+            key=key,
+            value=value,
+            on_delivery=lambda e, _m: failed.extend([str(e)] if e else []),
+        )
+    assert producer.flush(10) == 0 and not failed
+    site = f"rt-{uuid.uuid4().hex[:8]}.example"
+    assert tally("site", "add", site, "--domains", site).returncode == 0
+    wait_for(lambda: every_answer(ingests, site, 202), FOLLOW_S, f"both ingests to accept {site} after the garbage")
+    assert all(send(s, "junk.example").status_code == 403 for s in ingests.values())
+    for name in INGESTS:  # each bad record is a log line, not a crash
+        assert (settings.home_dir / "logs" / f"{name}.log").read_text().count("bad site record ignored") >= 3
+    assert tally("site", "remove", site).returncode == 0
