@@ -117,6 +117,7 @@ def site_from_args(args: argparse.Namespace) -> SiteSettings:
         "goals": _names(args.goals),
         "client_pageviews_per_hour": args.client_pageviews_per_hour,
         "honour_opt_out": args.honour_opt_out,
+        "timezone": args.timezone,
     }
     if not values["domains"]:
         raise SiteCommandError("give the hosts whose pages send for the site: --domains example.com,www.example.com")
@@ -153,6 +154,9 @@ def add_site_arguments(parser: argparse.ArgumentParser) -> None:
         help="page views per client and hour (default 0: ratelimit.client_pageviews_per_hour)",
     )
     add.add_argument("--honour-opt-out", action="store_true", help="drop events of requests with DNT: 1 or Sec-GPC: 1")
+    add.add_argument(
+        "--timezone", default="UTC", help="IANA zone the site's days are counted in, e.g. Europe/Berlin (default UTC)"
+    )
     add.add_argument("--replace", action="store_true", help="write an existing site again, exactly as given")
     add.set_defaults(action=run_add)
     listed = sub.add_parser(

@@ -59,6 +59,7 @@ def test_add_help_names_every_site_option() -> None:
         "--client-pageviews-per-hour",
         "--honour-opt-out",
         "--goals",
+        "--timezone",
         "--replace",
     ):
         assert option in done.stdout
@@ -103,6 +104,8 @@ def test_adding_a_site_writes_its_record_with_every_option(
         "--client-pageviews-per-hour",
         "50",
         "--honour-opt-out",
+        "--timezone",
+        "Asia/Kolkata",
     ]
     assert run(settings, *argv) == 0
     ((site_id, value),) = seed_only
@@ -115,6 +118,7 @@ def test_adding_a_site_writes_its_record_with_every_option(
         query_params=("ref", "lang"),
         client_pageviews_per_hour=50,
         honour_opt_out=True,
+        timezone="Asia/Kolkata",
     )
     assert "added site c.example" in capsys.readouterr().out
 
@@ -145,3 +149,11 @@ def test_without_kafka_the_commands_say_to_start_it(tmp_path: Path) -> None:
     with pytest.raises(site_commands.SiteCommandError, match=r"is Kafka up.*tally up.*a\.example") as raised:
         site_commands.current_sites(settings, timeout=1.0)
     assert raised.value.code == 1
+
+
+def test_a_zone_that_is_not_iana_is_refused_naming_the_option(
+    settings: Settings, seed_only: list[tuple[str, bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(settings, "add", "c.example", "--domains", "c.example", "--timezone", "Mars/Olympus") == 2
+    assert "timezone" in capsys.readouterr().err
+    assert seed_only == []
