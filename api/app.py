@@ -27,6 +27,7 @@ from starlette.routing import Route
 from api.answering import Answering, Refused
 from api.keys import ApiKey
 from api.openapi import openapi_spec
+from api.sites import SiteAdmin, site_endpoint, sites_endpoint
 from tally.log import kv
 from tally.settings import Settings, load_settings
 
@@ -118,18 +119,25 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        site_admin.start()  # follow the sites topic: sites added at runtime (api/sites.py)
         log.info("api started", extra=kv(port=settings.api.port, warehouse=settings.warehouse_uri))
-        yield
+        try:
+            yield
+        finally:
+            site_admin.close()
 
     app = Starlette(
         routes=[
             Route("/api/v2/query", query_endpoint, methods=["POST"]),
             Route("/api/v1/annotations", annotations_endpoint, methods=["GET", "POST"]),
+            Route("/api/v1/sites", sites_endpoint, methods=["GET", "POST"]),
+            Route("/api/v1/sites/{site_id}", site_endpoint, methods=["PUT", "DELETE"]),
             Route("/openapi.json", openapi_endpoint, methods=["GET"]),
             Route("/healthz", health_endpoint, methods=["GET"]),
         ],
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.answering = Answering(settings)
+    app.state.answering = answering = Answering(settings)
+    app.state.site_admin = site_admin = SiteAdmin(settings, answering)
     return app

@@ -1,5 +1,9 @@
 """API keys: created by ``tally apikey create``, shown once, stored only as a hash, scoped to sites.
 
+Two scopes: a key reads the sites it was created for (``--sites``); an admin key
+(``--admin``) also adds, changes and removes sites (``/api/v1/sites``, docs/API.md). The scope
+is fixed at creation: to change it, create a new key and revoke the old one.
+
 A key reads ``tly_<id>_<secret>``: the id finds the record, the secret (32 random bytes) is
 checked against its SHA-256 in constant time. A fast hash is right here, unlike for passwords:
 the secret is random and long, so there is nothing to guess from the hash. Records live in
@@ -15,6 +19,7 @@ import hmac
 import json
 import re
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +45,15 @@ class ApiKey:
     secret_sha256: str
     created: str
     revoked: str = ""
+    admin: bool = False  # may add, change and remove sites (records written before it have none: False)
 
     def may_read(self, site_id: str) -> bool:
         return not self.revoked and (EVERY_SITE in self.sites or site_id in self.sites)
+
+    @property
+    def may_manage_sites(self) -> bool:
+        """True for a live admin key: it may add, change and remove sites."""
+        return self.admin and not self.revoked
 
 
 def keys_path(settings: Settings) -> Path:
@@ -63,18 +74,31 @@ def _save(settings: Settings, keys: dict[str, ApiKey]) -> None:
     write_private(keys_path(settings), json.dumps(records, indent=1) + "\n")
 
 
-def create_key(settings: Settings, *, name: str, sites: tuple[str, ...], now: dt.datetime) -> tuple[str, ApiKey]:
-    """A new key for ``sites`` (configured site ids, or ``*``): the key text (shown once) and its record."""
+def create_key(
+    settings: Settings,
+    *,
+    name: str,
+    sites: tuple[str, ...],
+    now: dt.datetime,
+    admin: bool = False,
+    known_sites: Collection[str] | None = None,
+) -> tuple[str, ApiKey]:
+    """A new key for ``sites`` (configured site ids, or ``*``): the key text (shown once) and its record.
+
+    ``admin``: the key may also manage sites; it needs no site to read. ``known_sites``: the sites
+    configured now (the seed folded with the sites topic); default: ``sites:`` of conf/.
+    """
     if not NAME_FORMAT.fullmatch(name):
         raise ApiKeyError(f"key name {name!r}: use letters, digits, spaces and _.@- (at most 64)")
-    known = {s.site_id for s in settings.sites}
+    known = set(known_sites) if known_sites is not None else {s.site_id for s in settings.sites}
     unknown = [s for s in sites if s != EVERY_SITE and s not in known]
-    if not sites or unknown:
+    if (not sites and not admin) or unknown:
         raise ApiKeyError(
             f"sites {', '.join(unknown) or '(none)'}: give configured site ids ({', '.join(sorted(known))}) or *"
+            + ("" if unknown else ", or --admin for a key that manages sites")
         )
     key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
-    record = ApiKey(key_id, name, sites, _digest(secret), now.isoformat(timespec="seconds"))
+    record = ApiKey(key_id, name, sites, _digest(secret), now.isoformat(timespec="seconds"), admin=admin)
     with folder_lock(keys_path(settings).parent):
         keys = load_keys(settings)
         keys[key_id] = record

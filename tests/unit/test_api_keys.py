@@ -60,3 +60,35 @@ def test_the_hourly_limit_counts_per_key_and_says_how_long_to_wait() -> None:
     assert limit.take("a", hour + 3600) == 0, "a new hour, a new allowance"
     assert limit.take("a", hour + 100) == 0, "an earlier clock reading counts in the current hour"
     assert limit.take("a", hour + 3601) > 0, "so the current hour's allowance is used up"
+
+
+def test_an_admin_key_needs_no_site_and_may_manage_sites_until_revoked(settings: Settings) -> None:
+    key, record = create_key(settings, name="site admin", sites=(), now=NOW, admin=True)
+    found = verify(load_keys(settings), key)
+    assert found is not None and found.may_manage_sites and not found.may_read(SITE)
+    revoke_key(settings, record.key_id, now=NOW)
+    assert not load_keys(settings)[record.key_id].may_manage_sites
+
+
+def test_a_read_key_may_not_manage_sites_and_needs_a_site(settings: Settings) -> None:
+    key, _ = create_key(settings, name="reports", sites=("*",), now=NOW)
+    found = verify(load_keys(settings), key)
+    assert found is not None and not found.may_manage_sites
+    with pytest.raises(ApiKeyError, match="or --admin"):
+        create_key(settings, name="nothing", sites=(), now=NOW)
+
+
+def test_a_key_may_name_a_site_added_at_runtime(settings: Settings) -> None:
+    known = {SITE, "runtime.example"}
+    _, record = create_key(settings, name="new", sites=("runtime.example",), now=NOW, known_sites=known)
+    assert record.sites == ("runtime.example",)
+    with pytest.raises(ApiKeyError, match=r"runtime\.example"):
+        create_key(settings, name="new", sites=("runtime.example",), now=NOW)  # conf/ alone does not know it
+
+
+def test_key_records_written_before_scopes_load_as_read_keys(settings: Settings) -> None:
+    _, record = create_key(settings, name="old", sites=(SITE,), now=NOW)
+    path = keys_path(settings)
+    path.write_text(path.read_text().replace(',\n  "admin": false', ""))
+    assert "admin" not in path.read_text()
+    assert load_keys(settings)[record.key_id].admin is False
