@@ -157,3 +157,41 @@ def test_a_garbage_record_on_the_sites_topic_is_skipped_and_ingest_keeps_followi
     for name in INGESTS:  # each bad record is a log line, not a crash
         assert (settings.home_dir / "logs" / f"{name}.log").read_text().count("bad site record ignored") >= 3
     assert tally("site", "remove", site).returncode == 0
+
+
+def test_an_admin_key_adds_and_removes_a_site_through_the_stats_api_and_both_ingests_follow(
+    settings: Settings, ingests: dict[str, Service]
+) -> None:
+    import datetime as dt
+
+    from starlette.testclient import TestClient
+
+    from api.app import create_app
+    from api.keys import create_key
+
+    now = dt.datetime.now(dt.UTC)
+    admin_key, _ = create_key(settings, name="site admin", sites=(), now=now, admin=True)
+    reader_key, _ = create_key(settings, name="reader", sites=("*",), now=now)
+    admin, reader = {"Authorization": f"Bearer {admin_key}"}, {"Authorization": f"Bearer {reader_key}"}
+    site = f"api-{uuid.uuid4().hex[:8]}.example"
+    query = {"site_id": site, "metrics": ["pageviews"], "date_range": "day"}
+    with TestClient(create_app(settings)) as api:  # the lifespan runs: the API follows the topic
+        assert api.post("/api/v2/query", json=query, headers=reader).status_code == 400  # not configured yet
+        created = api.post(
+            "/api/v1/sites", json={"site_id": site, "domains": [site], "salt_period": "month"}, headers=admin
+        )
+        assert created.status_code == 201, created.text
+        assert created.json()["salt_period"] == "month"
+        assert api.post("/api/v1/sites", json={"site_id": site, "domains": [site]}, headers=admin).status_code == 409
+        listed = api.get("/api/v1/sites", headers=admin).json()
+        assert {"site_id": site, "origin": "runtime"}.items() <= next(
+            s for s in listed["sites"] if s["site_id"] == site
+        ).items()
+        assert api.post("/api/v2/query", json=query, headers=reader).status_code != 400  # the API knows it now
+        wait_for(lambda: every_answer(ingests, site, 202), FOLLOW_S, f"both ingests to accept {site}")
+        assert site in tally("site", "list").stdout
+
+        assert api.delete(f"/api/v1/sites/{site}", headers=admin).json() == {"removed": site}
+        assert api.delete(f"/api/v1/sites/{site}", headers=admin).status_code == 404
+        wait_for(lambda: every_answer(ingests, site, 403), FOLLOW_S, f"both ingests to refuse {site}")
+        assert site in api.get("/api/v1/sites", headers=admin).json()["removed"]
