@@ -8,6 +8,7 @@ drill-down does.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping
 
 from query.aggregates import AggregateReport, Aggregates, Range
@@ -60,7 +61,7 @@ class Sources:
         timezone = self.timezone(site_id)
         if is_utc(timezone):
             return AggregateReport(self.aggregates, site_id, Range(start, end))
-        raw = self.raw(site_id, Range(start, end), {})
+        raw = functools.partial(self.raw, site_id, Range(start, end), {})  # opened only for custom properties
         return ZonedReport(self.aggregates, site_id, LocalDays(start, end, timezone), raw)
 
     def exact(self, site_id: str) -> ExactQuery | None:

@@ -20,6 +20,10 @@ ranges whose edges fall on whole hours; others are answered exactly from raw eve
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -43,15 +47,29 @@ def _within(interval: Interval, column: str = "window_start") -> pc.Expression:
     return (pc.field(column) >= start) & (pc.field(column) < end)
 
 
+def _spanning(intervals: tuple[Interval, ...], column: str = "window_start") -> tuple[Range, pc.Expression]:
+    """The dates to read and the condition keeping rows inside any of ``intervals``: one read of a
+    table for every piece of a grain, its date partitions narrowed to the dates the pieces touch."""
+    dates = sorted({d for interval in intervals for d in _dates_of(interval)})
+    inside = functools.reduce(operator.or_, (_within(i, column) for i in intervals))
+    return Range(dates[0], dates[-1]), pc.field("event_date").isin(dates) & inside
+
+
+def _dates_of(interval: Interval) -> list[dt.date]:
+    first, last = utc_dates(interval)
+    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+
+
 @dataclass(frozen=True)
 class ZonedReport:
     """The standard panels of one site over local days, from the views (same methods as
-    :class:`query.aggregates.AggregateReport`). ``raw`` answers custom properties (None: no raw events)."""
+    :class:`query.aggregates.AggregateReport`). ``raw`` opens the raw events that answer custom
+    properties, when asked (it returns None before any are archived)."""
 
     agg: Aggregates
     site_id: str
     days: LocalDays
-    raw: RawQuery | None = None
+    raw: Callable[[], RawQuery | None] | None = None
     exact = False
 
     def _pieces(self, *, series_grain: str | None = None) -> Pieces:
@@ -67,12 +85,9 @@ class ZonedReport:
         if pieces.days is not None:
             frames.append(self._read(TRAFFIC_BY_GRAIN["day"].table, dimension, Range(*pieces.days), where))
         for grain, intervals in (("hour", pieces.hours), ("minute", pieces.minutes)):
-            for interval in intervals:
-                frames.append(
-                    self._read(
-                        TRAFFIC_BY_GRAIN[grain].table, dimension, Range(*utc_dates(interval)), where & _within(interval)
-                    )
-                )
+            if intervals:
+                days, inside = _spanning(intervals)
+                frames.append(self._read(TRAFFIC_BY_GRAIN[grain].table, dimension, days, where & inside))
         return _concat(frames, self._traffic_columns(dimension))
 
     def visits(self, dimension: str, *, series_grain: str | None = None) -> pd.DataFrame:
@@ -84,25 +99,21 @@ class ZonedReport:
             frames.append(
                 self.agg.rows(VISITS_BY_GRAIN["day"].table, self.site_id, Range(*pieces.days), _VISIT_COLUMNS, where)
             )
-        for interval in pieces.hours:
-            rows = self.agg.rows(
-                VISITS_BY_GRAIN["hour"].table,
-                self.site_id,
-                Range(*utc_dates(interval)),
-                _VISIT_COLUMNS,
-                where & _within(interval),
+        if pieces.hours:
+            days, inside = _spanning(pieces.hours)
+            frames.append(
+                self.agg.rows(VISITS_BY_GRAIN["hour"].table, self.site_id, days, _VISIT_COLUMNS, where & inside)
             )
-            frames.append(rows)
-        frames += [self._visits_started(dimension, interval) for interval in pieces.minutes]
+        if pieces.minutes:
+            frames.append(self._visits_started(dimension, pieces.minutes))
         return _concat(frames, _VISIT_COLUMNS)
 
-    def _visits_started(self, dimension: str, interval: Interval) -> pd.DataFrame:
-        """Visits that started in ``interval``, from ``agg.sessions``, shaped as visit-view rows."""
+    def _visits_started(self, dimension: str, intervals: tuple[Interval, ...]) -> pd.DataFrame:
+        """Visits that started in any of ``intervals``, from ``agg.sessions``, shaped as visit-view rows."""
         column = VISIT_DIMENSIONS.get(dimension)
         columns = ["session_start", "bounce", "duration_ms", "pageviews", *([column] if column else [])]
-        rows = self.agg.rows(
-            SESSIONS.table, self.site_id, Range(*utc_dates(interval)), columns, _within(interval, "session_start")
-        )
+        days, inside = _spanning(intervals, "session_start")
+        rows = self.agg.rows(SESSIONS.table, self.site_id, days, columns, inside)
         value = rows[column].astype(object).where(rows[column].notna(), NONE_VALUE) if column else ""
         return pd.DataFrame(
             {
@@ -166,9 +177,10 @@ class ZonedReport:
 
     def props(self, key: str, limit: int = 10, name: str | None = None) -> pd.DataFrame:
         """A property's values, exactly from raw events (``agg.props_1d`` holds UTC days only)."""
-        if self.raw is None:
+        raw = self.raw() if self.raw is not None else None
+        if raw is None:
             return pd.DataFrame(columns=["value", "events", "visitors", "visitors_bound"])
-        return self.raw.props(key, limit, name)
+        return raw.props(key, limit, name)
 
     def property_keys(self) -> pd.DataFrame:
         """The property keys to pick from: those of the UTC days the local days touch (a list of choices, no figure)."""

@@ -7,8 +7,13 @@ import itertools
 
 import pytest
 
+from query.aggregates import AggregateReport
 from query.plausible import parse_query, parse_site_query
 from query.site_time import LocalDays, Pieces, bucket, buckets, is_utc, local_today, series_pieces, split
+from query.sources import Sources
+from query.vitals import AggregateVitals
+from query.zoned import ZonedReport, ZonedVitals
+from tally.settings import Settings, SiteSettings
 
 NEW_YORK, KOLKATA, KATHMANDU = "America/New_York", "Asia/Kolkata", "Asia/Kathmandu"
 SPRING, FALL = dt.date(2026, 3, 8), dt.date(2026, 11, 1)  # New York's 2026 DST start and end
@@ -139,3 +144,21 @@ def test_a_date_time_without_an_offset_is_the_sites_wall_clock() -> None:
     query = parse_query(body, today=SPRING, timezone=NEW_YORK)
     assert query.between == (utc(2026, 3, 8, 5), utc(2026, 3, 9, 4))
     assert (query.start, query.end) == (SPRING, SPRING)
+
+
+def test_a_utc_site_keeps_the_views_own_days_and_a_zoned_site_gets_its_local_days() -> None:
+    settings = Settings(
+        sites=(
+            SiteSettings("utc.test"),
+            SiteSettings("ny.test", timezone=NEW_YORK),
+            SiteSettings("k.test", timezone=KOLKATA),
+        )
+    )
+    sources = Sources(settings)
+    day = dt.date(2026, 3, 8)
+    assert type(sources.aggregate_report("utc.test", day, day)) is AggregateReport
+    zoned = sources.aggregate_report("ny.test", day, day)
+    assert isinstance(zoned, ZonedReport) and zoned.days == LocalDays(day, day, NEW_YORK)
+    assert type(sources.aggregate_vitals("utc.test", day, day)) is AggregateVitals
+    assert type(sources.aggregate_vitals("ny.test", day, day)) is ZonedVitals  # whole UTC hours: the view
+    assert sources.timezone("k.test") == KOLKATA and sources.timezone("unknown.test") == "UTC"
