@@ -11,16 +11,17 @@ import streamlit as st
 from dashboard.auth import effective_query, visible_sites
 from dashboard.login import check_site, logout_button, require_viewer, share_view_button, still_allowed
 from dashboard.page import show
+from dashboard.sites import with_current_sites
 from dashboard.view import to_query
 from tally.settings import load_settings
 
 st.set_page_config(page_title="Tally", layout="wide")
-settings = load_settings()
+settings = with_current_sites(load_settings())  # conf/'s sites and those added at runtime (tally site)
 viewer = require_viewer(settings)
 logout_button(viewer, settings)
 sites = visible_sites(viewer, settings)
 if not sites:
-    st.info("No site is configured or granted to you: add one under `sites:` in conf/tally.yaml, or ask an admin.")
+    st.info("No site is configured or granted to you: add one with `tally site add`, or ask an admin.")
     st.stop()
 params = effective_query(viewer, st.query_params.to_dict())
 check_site(viewer, params.get("site", sites[0]))

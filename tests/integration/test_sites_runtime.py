@@ -195,3 +195,19 @@ def test_an_admin_key_adds_and_removes_a_site_through_the_stats_api_and_both_ing
         assert api.delete(f"/api/v1/sites/{site}", headers=admin).status_code == 404
         wait_for(lambda: every_answer(ingests, site, 403), FOLLOW_S, f"both ingests to refuse {site}")
         assert site in api.get("/api/v1/sites", headers=admin).json()["removed"]
+
+
+def test_the_dashboard_s_sites_follow_tally_site_add_and_remove(settings: Settings, kafka: str) -> None:
+    from dashboard.sites import with_current_sites
+
+    site = f"dash-{uuid.uuid4().hex[:8]}.example"
+
+    def shown() -> set[str]:
+        return {s.site_id for s in with_current_sites(settings).sites}
+
+    assert "demo.tally.local" in shown() and site not in shown()
+    assert tally("site", "add", site, "--domains", site).returncode == 0
+    wait_for(lambda: site in shown(), FOLLOW_S, f"the dashboard to list {site}")
+    assert with_current_sites(settings).site(site) is not None  # the page's lookups see it too
+    assert tally("site", "remove", site).returncode == 0
+    wait_for(lambda: site not in shown(), FOLLOW_S, f"the dashboard to drop {site}")
