@@ -72,6 +72,7 @@ class Digest:
     top_pages: tuple[TopRow, ...]
     top_sources: tuple[TopRow, ...]
     health: Health
+    timezone: str = "UTC"  # the zone the dates are the site's days in (sites[].timezone)
 
     def change(self, metric: str) -> float | None:
         """The change of one of :data:`METRICS` against the previous period."""
@@ -116,4 +117,5 @@ def compose(sources: Sources, site: str, period: str, days: Range, health: Healt
         top_pages=_top(report.top("page", limit=TOP_LIMIT)),
         top_sources=_top(report.top("source", limit=TOP_LIMIT)),
         health=health,
+        timezone=sources.timezone(site),
     )

@@ -68,7 +68,7 @@ def report_message(digest: Digest) -> Message:
     period = f"{digest.days.start} – {digest.days.end}"
     previous = f"{digest.previous.start} – {digest.previous.end}"
     lines = [
-        f"{digest.site}, {period} (UTC, bots excluded), change against {previous}:",
+        f"{digest.site}, {period} ({digest.timezone}, bots excluded), change against {previous}:",
         "",
         *_kpi_lines(digest),
         "",

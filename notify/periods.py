@@ -8,7 +8,7 @@ from query.aggregates import Range
 
 
 def due_period(period: str, today: dt.date) -> Range:
-    """The newest complete period before ``today`` (UTC dates): Monday to Sunday, or a calendar month."""
+    """The newest complete period before ``today`` (the site's local dates): Monday to Sunday, or a calendar month."""
     assert period in ("weekly", "monthly"), f"a report period is weekly or monthly, got {period!r}"
     if period == "weekly":
         end = today - dt.timedelta(days=today.weekday() + 1)  # last Sunday

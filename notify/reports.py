@@ -17,6 +17,7 @@ from notify.health import ArchiveLagProbe, Health, site_health
 from notify.ledger import Delivery, Ledger, Sleep, deliver
 from notify.messages import Message, report_message
 from notify.periods import due_period
+from query.site_time import local_today
 from query.sources import Sources
 from tally.settings import ReportSubscription, Settings, SettingsError
 
@@ -46,7 +47,7 @@ def due_reports(
             raise SettingsError(f"notify.reports: site {sub.site!r} is not listed under sites:; add it or fix the name")
         if sub.site not in health:
             health[sub.site] = site_health(settings, sources.aggregates, sub.site, now, archive_lag)
-        days = due_period(sub.period, now.date())
+        days = due_period(sub.period, local_today(sources.timezone(sub.site), now))  # the site's own days
         digest = compose(sources, sub.site, sub.period, days, health[sub.site])
         targets = tuple(channels(settings.notify.smtp, sub.emails, sub.webhooks))
         due.append(DueReport(sub, report_message(digest), targets))

@@ -7,7 +7,11 @@ import itertools
 
 import pytest
 
-from query.aggregates import AggregateReport
+from notify.digest import Digest, Figures
+from notify.health import Health
+from notify.messages import report_message
+from notify.periods import due_period
+from query.aggregates import AggregateReport, Range
 from query.plausible import parse_query, parse_site_query
 from query.site_time import LocalDays, Pieces, bucket, buckets, is_utc, local_today, series_pieces, split
 from query.sources import Sources
@@ -162,3 +166,18 @@ def test_a_utc_site_keeps_the_views_own_days_and_a_zoned_site_gets_its_local_day
     assert type(sources.aggregate_vitals("utc.test", day, day)) is AggregateVitals
     assert type(sources.aggregate_vitals("ny.test", day, day)) is ZonedVitals  # whole UTC hours: the view
     assert sources.timezone("k.test") == KOLKATA and sources.timezone("unknown.test") == "UTC"
+
+
+def test_a_scheduled_report_is_of_the_sites_local_week_and_says_its_zone() -> None:
+    settings = Settings(sites=(SiteSettings("k.test", timezone=KOLKATA),))
+    # Sunday 8 March 2026, 19:00 UTC is already Monday in Kolkata: its week of 2-8 March is complete there.
+    now = utc(2026, 3, 8, 19)
+    today = local_today(Sources(settings).timezone("k.test"), now)
+    assert due_period("weekly", today) == Range(dt.date(2026, 3, 2), dt.date(2026, 3, 8))
+    assert due_period("weekly", now.date()) == Range(dt.date(2026, 2, 23), dt.date(2026, 3, 1))  # UTC's
+    health = Health(dt.timedelta(0), dt.timedelta(0), (), dt.timedelta(minutes=10))
+    figures = Figures(1.0, 0.0, 1, 1, 0.0, 1.0)
+    report = Digest(
+        "k.test", "weekly", Range(SPRING, SPRING), Range(SPRING, SPRING), figures, figures, (), (), health, KOLKATA
+    )
+    assert "(Asia/Kolkata, bots excluded)" in report_message(report).text.splitlines()[0]
