@@ -75,8 +75,15 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
         port=settings.ingest.port,
         ready=lambda: http_ok(ingest_url(settings) + "/healthz"),
     )
-    found["archiver"] = Service("archiver", [py, "-m", archiver.__name__], port=settings.archiver.metrics_port or None)
-    found["views"] = Service("views", [py, "-m", jobs.__name__], port=settings.spark.metrics_port or None)
+    found["archiver"] = Service(
+        "archiver",
+        [py, "-m", archiver.__name__],
+        port=settings.archiver.metrics_port or None,
+        nice=settings.archiver.nice,
+    )
+    found["views"] = Service(
+        "views", [py, "-m", jobs.__name__], port=settings.spark.metrics_port or None, nice=settings.spark.nice
+    )
     found["dashboard"] = Service(
         "dashboard",
         [

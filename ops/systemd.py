@@ -127,6 +127,8 @@ def service_unit(
             "LimitNOFILE=65536",
             "TimeoutStartSec=180",
         ]
+    if service.nice:
+        lines.append(f"Nice={service.nice}")  # systemd's own niceness, as `tally up` starts it
     lines += [
         f"ExecStart={exec_line(service.command)}",
         "Restart=always",

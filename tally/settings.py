@@ -50,6 +50,12 @@ def _properties(key: str, entries: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
+def check_nice(key: str, value: int) -> None:
+    """A niceness for a batch service: 0 (as ingest) to 19 (the lowest CPU priority)."""
+    if not 0 <= value <= 19:
+        raise SettingsError(f"{key}: {value} is not a CPU niceness; use 0 (no change) to 19 (lowest priority)")
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     bootstrap_servers: str = ""
@@ -126,8 +132,12 @@ class SparkSettings:
     rollup_seconds: float = 30.0  # how often the hour/day/5-minute views are re-rolled from the minutes
     metrics_port: int = 8794  # Prometheus /metrics of the streaming views on 127.0.0.1; 0 = off
     backfill_chunk_days: int = 7  # a backfill recomputes this many dates per Spark job (bounds memory)
+    # CPU niceness `tally up` starts the views job with (0-19): on a shared machine the batch work
+    # yields the cores to ingest, so a page view never waits on an aggregate.
+    nice: int = 10
 
     def __post_init__(self) -> None:
+        check_nice("spark.nice", self.nice)
         if self.shuffle_partitions < 0:
             raise SettingsError(
                 f"spark.shuffle_partitions: {self.shuffle_partitions} must be 0 (one per local core) or more"
@@ -265,8 +275,10 @@ class ArchiverSettings:
     # `tally maintain` deletes raw.rejected rows older than this (dead letters hold whole payloads,
     # client-sent and unbounded in number); 0 = keep forever.
     rejected_retention_days: int = 30
+    nice: int = 10  # CPU niceness `tally up` starts the archiver with (0-19), as spark.nice
 
     def __post_init__(self) -> None:
+        check_nice("archiver.nice", self.nice)
         if self.rejected_retention_days < 0:
             raise SettingsError(
                 f"archiver.rejected_retention_days: {self.rejected_retention_days} must be 0 (keep forever) or more"

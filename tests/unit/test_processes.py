@@ -56,3 +56,29 @@ def test_a_pid_file_of_an_older_version_reads_as_never_restarted(tmp_path: Path)
     (supervisor.run_dir / "old.json").write_text('{"pid": 1, "created": 0, "port": 80, "log": "x", "command": []}')
     record = supervisor.record("old")
     assert record is not None and record.restarts == 0 and record.crashes == () and record.gave_up == ""
+
+
+def test_a_batch_service_runs_niced_with_its_children_under_the_same_pid(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path)
+    base = psutil.Process().nice()
+    started = supervisor.start(Service("batch", PARENT_WITH_CHILD, nice=7))
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(started.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        leader = psutil.Process(started.pid)
+        assert leader.cmdline()[: len(PARENT_WITH_CHILD)] == PARENT_WITH_CHILD  # nice exec'd it: same PID
+        assert leader.nice() == min(base + 7, 19)
+        assert [child.nice() for child in leader.children()] == [min(base + 7, 19)]
+    finally:
+        supervisor.stop("batch")
+
+
+def test_the_stack_starts_the_views_job_and_the_archiver_niced_and_ingest_not(tmp_path: Path) -> None:
+    from ops.stack import services
+    from tally.settings import ArchiverSettings, Settings, SparkSettings
+
+    table = services(Settings(home=str(tmp_path), spark=SparkSettings(nice=12), archiver=ArchiverSettings(nice=5)))
+    assert (table["views"].nice, table["archiver"].nice, table["ingest"].nice) == (12, 5, 0)
+    assert table["views"].argv()[:3] == ["nice", "-n", "12"]
+    assert table["ingest"].argv() == table["ingest"].command

@@ -159,3 +159,13 @@ def test_the_producer_linger_reaches_the_kafka_client(monkeypatch: pytest.Monkey
     monkeypatch.setattr(ingest.eventlog, "Producer", lambda config: seen.update(config))
     ingest.eventlog.EventLog(client_config={"bootstrap.servers": "127.0.0.1:1"}, linger_ms=12.5)
     assert seen["linger.ms"] == 12.5 and seen["acks"] == "all"
+
+
+def test_a_niceness_outside_0_to_19_names_the_key_and_the_range() -> None:
+    import pytest
+
+    from tally.settings import SettingsError, SparkSettings
+
+    with pytest.raises(SettingsError, match=r"spark\.nice: 20 .*0 \(no change\) to 19"):
+        SparkSettings(nice=20)
+    assert SparkSettings().nice == 10

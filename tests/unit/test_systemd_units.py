@@ -65,6 +65,8 @@ def test_every_service_restarts_always_within_a_start_limit_and_runs_what_tally_
         assert values(text, "Service", "ExecStart") == [f"{sys.executable} -m {module}"]
         assert f"TALLY_HOME={settings.home_dir}" in values(text, "Service", "Environment")
         assert values(text, "Install", "WantedBy") == ["tally.target"]
+        # the batch services yield the cores to ingest, as under `tally up`
+        assert values(text, "Service", "Nice") == ([] if name == "ingest" else ["10"])
 
 
 def test_the_consumers_start_after_the_broker_which_formats_and_creates_topics(settings: Settings) -> None:
