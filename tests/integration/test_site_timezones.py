@@ -60,21 +60,29 @@ def visits(site: str, rng: random.Random) -> list[dict[str, Any]]:
         at = start
         for j in range(rng.choice([1, 1, 2, 3, 4])):
             at += dt.timedelta(seconds=rng.randrange(60, 720)) if j else dt.timedelta(0)
-            rows.append(
-                {
-                    "event_id": f"{site}-{i}-{j}",
-                    "type": "pageview",
-                    "site_id": site,
-                    "hostname": site,
-                    "path": rng.choice(PAGES),
-                    "url": f"https://{site}/",
-                    "visitor_id": visitor,
-                    "is_bot": i % 41 == 0,
-                    "event_time": int(at.timestamp() * 1000),
-                    "event_date": at.date(),
-                    "schema_version": 1,
-                }
-            )
+            pageview = {
+                "event_id": f"{site}-{i}-{j}",
+                "type": "pageview",
+                "site_id": site,
+                "hostname": site,
+                "path": rng.choice(PAGES),
+                "url": f"https://{site}/",
+                "visitor_id": visitor,
+                "is_bot": i % 41 == 0,
+                "event_time": int(at.timestamp() * 1000),
+                "event_date": at.date(),
+                "schema_version": 1,
+            }
+            rows.append(pageview)
+            if rng.random() < 0.5:  # its vitals beacon, at the same instant (visits and visitors unchanged)
+                rows.append(
+                    {
+                        **pageview,
+                        "event_id": f"{pageview['event_id']}-v",
+                        "type": "vitals",
+                        "lcp_ms": rng.randrange(500, 6000),
+                    }
+                )
     return rows
 
 
@@ -93,7 +101,7 @@ def truth(site: str, *, page: str | None = None) -> dict[dt.date, dict[str, Any]
     )
     by_visitor: dict[str, list[int]] = defaultdict(list)
     for e in EVENTS:
-        if e["site_id"] != site or e["is_bot"]:
+        if e["site_id"] != site or e["is_bot"] or e["type"] != "pageview":
             continue
         by_visitor[e["visitor_id"]].append(e["event_time"])
         if page is None or e["path"] == page:
@@ -209,7 +217,7 @@ def test_kolkatas_hourly_buckets_are_local_hours_read_from_minutes(api: TestClie
     hourly: dict[str, int] = defaultdict(int)
     for e in EVENTS:
         at = dt.datetime.fromtimestamp(e["event_time"] / 1000, zone)
-        if e["site_id"] == KOLKATA and not e["is_bot"] and at.date() == day:
+        if e["site_id"] == KOLKATA and not e["is_bot"] and e["type"] == "pageview" and at.date() == day:
             hourly[at.strftime("%Y-%m-%d %H:00:00")] += 1
     assert {r["dimensions"][0]: r["metrics"][0] for r in answer["results"]} == hourly
 
@@ -229,7 +237,7 @@ def test_an_exact_answer_from_raw_events_counts_the_same_local_days(api: TestCli
 
 def test_the_events_straddle_the_local_midnights_so_utc_days_would_differ() -> None:
     for site in ZONES:
-        in_range = [e for e in EVENTS if e["site_id"] == site and not e["is_bot"]]
+        in_range = [e for e in EVENTS if e["site_id"] == site and not e["is_bot"] and e["type"] == "pageview"]
         by_utc = sum(1 for e in in_range if LOCAL_DAYS[0] <= e["event_date"] <= LOCAL_DAYS[-1])
         assert by_utc != summed(site, LOCAL_DAYS)["pageviews"], site
 
@@ -244,3 +252,25 @@ def test_the_previous_period_of_a_local_day_is_the_local_day_before(api: TestCli
     now, before = summed(site, [LOCAL_DAYS[2]]), summed(site, [LOCAL_DAYS[1]])
     assert row["metrics"] == [now["pageviews"], now["visits"]]
     assert row["comparison"]["metrics"] == [before["pageviews"], before["visits"]]
+
+
+@pytest.mark.parametrize(("site", "source"), [(NEW_YORK, "aggregates"), (KOLKATA, "raw")])
+def test_core_web_vitals_of_local_days_come_from_whole_hours_or_else_exactly_from_raw_events(
+    api: TestClient, site: str, source: str
+) -> None:
+    day = LOCAL_DAYS[1]
+    answer = ask(api, site, {"date_range": [day.isoformat()] * 2, "metrics": ["lcp_good", "lcp_poor", "lcp_p75"]})
+    assert answer["meta"]["source"] == source  # agg.vitals_1h keeps whole UTC hours: Kolkata's 18:30 edges are not
+    values = sorted(
+        e["lcp_ms"]
+        for e in EVENTS
+        if e["site_id"] == site
+        and e["type"] == "vitals"
+        and not e["is_bot"]
+        and local_date(site, e["event_time"]) == day
+    )
+    good, poor, p75 = answer["results"][0]["metrics"]
+    assert good == round(100 * sum(v <= 2500 for v in values) / len(values), 1)
+    assert poor == round(100 * sum(v > 4000 for v in values) / len(values), 1)
+    rank = sum(v <= p75 for v in values) / len(values)
+    assert abs(rank - 0.75) <= 0.005 + 1 / len(values), (p75, rank)
