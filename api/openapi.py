@@ -17,6 +17,7 @@ from query.spec import (
     VITALS_API_DIMENSIONS,
 )
 from tally.annotations import MAX_TEXT
+from tally.salt_periods import SALT_PERIODS
 
 _FILTER: dict[str, Any] = {
     "type": "array",
@@ -157,6 +158,7 @@ def openapi_spec() -> dict[str, Any]:
                     },
                 }
             },
+            **_site_paths(),
             "/api/v1/annotations": {
                 "get": {
                     "summary": "The annotations of a site the key may read",
@@ -181,6 +183,71 @@ def openapi_spec() -> dict[str, Any]:
                         "429": _error("Over the key's hourly limit; see Retry-After"),
                     },
                 },
+            },
+        },
+    }
+
+
+_SITE = {
+    "type": "object",
+    "required": ["site_id", "domains"],
+    "additionalProperties": False,
+    "properties": {
+        "site_id": {"type": "string", "example": "example.com"},
+        "domains": {"type": "array", "items": {"type": "string"}, "example": ["example.com", "www.example.com"]},
+        "salt_period": {"type": "string", "enum": list(SALT_PERIODS), "default": "day"},
+        "hash_routing": {"type": "boolean", "default": False},
+        "query_params": {"type": "array", "items": {"type": "string"}},
+        "goals": {"type": "array", "items": {"type": "string"}, "example": ["event:signup", "page:/pricing"]},
+        "client_pageviews_per_hour": {"type": "integer", "minimum": 0, "default": 0},
+        "honour_opt_out": {"type": "boolean", "default": False},
+        "timezone": {"type": "string", "default": "UTC", "example": "Europe/Berlin"},
+    },
+}
+
+
+def _site_paths() -> dict[str, Any]:
+    """``/api/v1/sites``: an admin key adds, changes and removes sites (api/sites.py)."""
+    gate = {
+        "401": _error("No API key, or an unknown or revoked one"),
+        "403": _error("The key is not an admin key (tally apikey create --admin)"),
+        "429": _error("Over the key's hourly limit; see Retry-After"),
+        "503": _error("The sites topic cannot be read or written (Kafka down); nothing changed"),
+    }
+    body = {"required": True, "content": {"application/json": {"schema": _SITE}}}
+    site_id = [{"name": "site_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    return {
+        "/api/v1/sites": {
+            "get": {
+                "summary": "Every configured site, and the removed ones",
+                "responses": {"200": {"description": "The sites"}, **gate},
+            },
+            "post": {
+                "summary": "Add a site; ingest accepts its events within seconds",
+                "requestBody": body,
+                "responses": {
+                    "201": {"description": "The site added"},
+                    "400": _error("Not a valid site; the message names the field"),
+                    "409": _error("The site is configured already; PUT changes it"),
+                    **gate,
+                },
+            },
+        },
+        "/api/v1/sites/{site_id}": {
+            "put": {
+                "summary": "Write a site whole (added if new)",
+                "parameters": site_id,
+                "requestBody": body,
+                "responses": {
+                    "200": {"description": "The site written"},
+                    "400": _error("Not a valid site; the message names the field"),
+                    **gate,
+                },
+            },
+            "delete": {
+                "summary": "Remove a site: ingest refuses its events; its stored data stays",
+                "parameters": site_id,
+                "responses": {"200": {"description": "The site removed"}, "404": _error("No such site"), **gate},
             },
         },
     }

@@ -3,6 +3,7 @@ bad site body is told (tests/integration/test_sites_runtime.py writes sites thro
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from api.answering import Refused
 from api.app import create_app
 from api.keys import create_key
 from api.sites import _site_of
-from tally.settings import Settings, load_settings
+from tally.settings import Settings, SiteSettings, load_settings
 
 NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
 NEW_SITE = {"site_id": "c.example", "domains": ["c.example"]}
@@ -71,3 +72,12 @@ def test_a_bad_site_body_is_a_400_that_names_what_to_fix(
     with pytest.raises(Refused, match=part_of_message) as refused:
         _site_of(body, path_site)
     assert refused.value.status == 400
+
+
+def test_the_openapi_schema_describes_the_site_admin_endpoints(settings: Settings) -> None:
+    paths = TestClient(create_app(settings)).get("/openapi.json").json()["paths"]
+    assert set(paths["/api/v1/sites"]) == {"get", "post"}
+    assert set(paths["/api/v1/sites/{site_id}"]) == {"put", "delete"}
+    site = paths["/api/v1/sites"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    fields = set(dataclasses.asdict(SiteSettings("x")))
+    assert set(site["properties"]) == fields  # every field of a site, and no other
