@@ -277,3 +277,22 @@ def test_no_bytes_at_all_are_answered_with_a_server_error(
 ) -> None:
     ingest = Ingest(tmp_path_factory.mktemp("bytes"))
     assert ingest.post(body)[0] < 500
+
+
+def test_a_plausible_event_for_a_domain_added_at_runtime_is_accepted_and_once_removed_refused(tmp_path: Path) -> None:
+    from starlette.applications import Starlette
+
+    from tally.site_registry import encode_removal, encode_site
+
+    ingest = Ingest(tmp_path)
+    app: Starlette = ingest.client.app  # type: ignore[assignment]
+    sites = app.state.sites  # what the worker's follower feeds; here, records applied by hand
+    app.state.pipeline = Pipeline(ingest.settings, ingest.store, app.state.limiter, sites=sites)
+    new = "c.example"
+    body = {**SHORT_PAGEVIEW, "d": f"www.{new}", "u": f"https://www.{new}/"}
+    assert ingest.post(body)[0] == 403
+    sites.apply(new.encode(), encode_site(SiteSettings(new, domains=(new, f"www.{new}")), at_ms=1))
+    assert ingest.post(body) == (202, {"accepted": 1})
+    sites.apply(new.encode(), encode_removal(at_ms=2))
+    status, answer = ingest.post(body)
+    assert (status, answer["error"]) == (403, "unknown_site")
