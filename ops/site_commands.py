@@ -36,19 +36,42 @@ class SiteCommandError(Exception):
         self.code = code
 
 
+def _seeded(settings: Settings) -> str:
+    return ", ".join(s.site_id for s in settings.sites) or "none"
+
+
+def ensure_sites_topic(settings: Settings) -> None:
+    """Make sure Kafka answers and the sites topic exists (an installation older than it gets it now)."""
+    kafka = settings.kafka
+    if not broker.broker_answers(kafka.servers, client_config=kafka.client_config()):
+        raise SiteCommandError(
+            f"Kafka at {kafka.servers} does not answer: is it up (tally status; tally up starts it)? "
+            f"The sites of conf/tally.yaml alone are: {_seeded(settings)}",
+            code=EXIT_KAFKA,
+        )
+    try:
+        broker.ensure_topics(settings)
+    except KafkaException as e:
+        raise SiteCommandError(
+            f"could not create the topic {kafka.sites_topic} ({e}); "
+            "create it compacted with 1 partition, or let Tally's Kafka user create topics",
+            code=EXIT_KAFKA,
+        ) from e
+
+
 def current_sites(settings: Settings, *, timeout: float = READ_TIMEOUT_S) -> SiteRegistry:
     """The sites configured now: the seed folded with the whole sites topic, read to its end."""
+    ensure_sites_topic(settings)
     registry = SiteRegistry(seed=settings.sites)
     follower = SiteFollower(
         client_config=settings.kafka.client_config(), topic=settings.kafka.sites_topic, registry=registry
     )
     try:
         if not follower.caught_up.wait(timeout):
-            seeded = ", ".join(s.site_id for s in settings.sites) or "none"
             raise SiteCommandError(
                 f"could not read the topic {settings.kafka.sites_topic} from Kafka at {settings.kafka.servers} "
                 f"within {timeout:.0f}s: is Kafka up (tally status; tally up starts it)? "
-                f"The sites of conf/tally.yaml alone are: {seeded}",
+                f"The sites of conf/tally.yaml alone are: {_seeded(settings)}",
                 code=EXIT_KAFKA,
             )
     finally:
@@ -57,11 +80,7 @@ def current_sites(settings: Settings, *, timeout: float = READ_TIMEOUT_S) -> Sit
 
 
 def write_record(settings: Settings, site_id: str, value: bytes, *, timeout: float = READ_TIMEOUT_S) -> None:
-    """Append one record to the sites topic (created first if this installation predates it), acks=all."""
-    try:
-        broker.ensure_topics(settings)
-    except KafkaException as e:
-        raise SiteCommandError(f"Kafka at {settings.kafka.servers} did not answer ({e}); start it: tally up") from e
+    """Append one record to the sites topic (:func:`current_sites` made sure it exists), acks=all."""
     failures: list[str] = []
 
     def delivered(error: Any, _message: Any) -> None:
