@@ -17,9 +17,14 @@ from jobs.views import dimension_value, event_date, is_custom_event, reportable
 from tally.dimensions import NONE_VALUE
 
 
+def with_properties(events: DataFrame) -> DataFrame:
+    """The events the view counts: non-bot custom events with at least one property."""
+    return reportable(events).where(is_custom_event() & (F.size(F.col("props")) > 0))
+
+
 def property_events(events: DataFrame) -> DataFrame:
     """One row per property of each non-bot custom event (ingest allows at most 20 per event)."""
-    custom = reportable(events).where(is_custom_event() & (F.size(F.col("props")) > 0))
+    custom = with_properties(events)
     exploded = custom.select(
         "site_id",
         "event_ts",

@@ -96,8 +96,15 @@ def trigger_seconds(settings: Settings, query: str) -> int:
     return settings.spark.sessions_trigger_seconds if query in SLOW_QUERIES else settings.spark.trigger_seconds
 
 
-def kafka_events(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The event stream: decoded, watermarked on event time, duplicates (same event_id) dropped."""
+def kafka_events(
+    spark: SparkSession, settings: Settings, *, only: Callable[[DataFrame], DataFrame] | None = None
+) -> DataFrame:
+    """The event stream: decoded, watermarked on event time, duplicates (same event_id) dropped.
+
+    ``only`` narrows the events before the deduplication, for a query that reads a few kinds of
+    event (vitals beacons, custom events with properties): its dedup state then holds those ids
+    alone, not every event's. A duplicate is the same event, so it is kept or dropped with it.
+    """
     k = settings.kafka
     rows = (
         spark.readStream.format("kafka")
@@ -107,10 +114,11 @@ def kafka_events(spark: SparkSession, settings: Settings) -> DataFrame:
         .option("failOnDataLoss", "false")
         .load()
     )
-    return (
-        events_from_kafka(rows)
-        .withWatermark("event_ts", spark_interval(settings.spark.watermark))
-        .dropDuplicatesWithinWatermark(["event_id"])
+    events = events_from_kafka(rows)
+    if only is not None:
+        events = only(events)
+    return events.withWatermark("event_ts", spark_interval(settings.spark.watermark)).dropDuplicatesWithinWatermark(
+        ["event_id"]
     )
 
 
@@ -300,13 +308,13 @@ def start(settings: Settings, *, checkpoint_root: str | None = None, queries: Co
         ),
         (
             "props",
-            props.props_days(kafka_events(spark, settings)),
+            props.props_days(kafka_events(spark, settings, only=props.with_properties)),
             "update",
             in_pool(BACKGROUND_POOL, write_props(settings)),
         ),
         (
             "vitals",
-            vitals.vitals_hours(kafka_events(spark, settings)),
+            vitals.vitals_hours(kafka_events(spark, settings, only=vitals.vitals_beacons)),
             "update",
             in_pool(BACKGROUND_POOL, write_vitals(settings), persist=False),  # it persists its digests
         ),
