@@ -17,6 +17,7 @@ from ops import broker
 from ops.processes import Supervisor
 from ops.stack import services, stack_env
 from tally.settings import Settings, load_settings
+from tests.integration.views_support import MARCH_FIRST, MARCH_LAST, at_home, march_events, table_versions, write_raw
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,3 +81,19 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
     session = spark_session(settings, "tally-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def march(settings: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """A warehouse of its own with ``march_events()`` in raw.pageviews and every view backfilled
+    for ``MARCH_FIRST..MARCH_LAST``: one Spark backfill for every test that reads reports of a
+    few days. Tests read it; one that writes works on ``copy_warehouse(march, home)``, since
+    the tables are shared by the whole session (checked when it ends)."""
+    from jobs.backfill import backfill
+
+    iso = at_home(settings, tmp_path_factory.mktemp("march"))
+    write_raw(iso, march_events())
+    backfill(spark, iso, start=MARCH_FIRST, end=MARCH_LAST, progress=False)
+    versions = table_versions(iso)
+    yield iso
+    assert table_versions(iso) == versions, "a test wrote to the shared `march` tables: write to copy_warehouse()"

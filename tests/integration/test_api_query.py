@@ -1,9 +1,9 @@
 """The Stats API over real tables, called over HTTP as a Plausible v2 client calls it.
 
-Raw events go into raw.pageviews, a real Spark backfill computes every view, the API runs under
-uvicorn on a free port, and every figure it answers is compared with a truth computed here from
-raw.pageviews (pandas; visits with the dashboard's exact drill-down): exact metrics equal,
-unique visitors within the 95% bound the answer states.
+Raw events go into raw.pageviews, a real Spark backfill computes every view (the session's shared
+``march`` warehouse), the API runs under uvicorn on a free port, and every figure it answers is
+compared with a truth computed here from raw.pageviews (pandas; visits with the dashboard's exact
+drill-down): exact metrics equal, unique visitors within the 95% bound the answer states.
 """
 
 from __future__ import annotations
@@ -27,15 +27,13 @@ from deltalake import DeltaTable
 
 from api.app import create_app
 from api.keys import create_key, revoke_key
-from jobs.backfill import backfill
 from query.aggregates import Range
 from query.raw import RawQuery
 from tally.settings import Settings
-from tests.integration.views_support import write_raw
-from traffic.synthetic import synthetic_events
+from tests.integration.views_support import MARCH_FIRST, MARCH_LAST, MARCH_SITE
 
-SITE, OTHER = "demo.tally.local", "limited.tally.test"  # the sites of conf/test.yaml
-DAYS = Range(dt.date(2026, 3, 1), dt.date(2026, 3, 4))
+SITE, OTHER = MARCH_SITE, "limited.tally.test"  # the sites of conf/test.yaml
+DAYS = Range(MARCH_FIRST, MARCH_LAST)
 WHOLE = ["2026-03-01", "2026-03-04"]
 
 
@@ -46,18 +44,13 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def api(settings: Settings, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def api(march: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("api-query")
     port = free_port()
+    # The session's shared backfilled tables (read only), with a home of its own for the keys.
     iso = dataclasses.replace(
-        settings,
-        home=str(home),
-        warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse")),
-        api=dataclasses.replace(settings.api, port=port, requests_per_hour=100_000),
+        march, home=str(home), api=dataclasses.replace(march.api, port=port, requests_per_hour=100_000)
     )
-    start = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
-    write_raw(iso, synthetic_events(visits=500, start=start, span=dt.timedelta(days=3), site_id=SITE, seed=11))
-    backfill(spark, iso, start=DAYS.start, end=DAYS.end, progress=False)
     raw = DeltaTable(iso.table_uri("raw.pageviews")).to_pandas()
     raw = raw[(raw["site_id"] == SITE) & ~raw["is_bot"]]
     now = dt.datetime.now(dt.UTC)

@@ -1,9 +1,9 @@
 """The dashboard's figures against raw events read independently (delta-rs + pandas).
 
-Raw events go into raw.pageviews, a real Spark backfill computes every view, and the
-dashboard's report functions must agree with figures computed here from raw: exact counts
-equal, HLL estimates within their bounds, t-digest percentiles within their rank error, the
-drill-down (DuckDB) equal to pandas.
+Raw events go into raw.pageviews, a real Spark backfill computes every view (the session's shared
+``march`` warehouse), and the dashboard's report functions must agree with figures computed here
+from raw: exact counts equal, HLL estimates within their bounds, t-digest percentiles within their
+rank error, the drill-down (DuckDB) equal to pandas.
 """
 
 from __future__ import annotations
@@ -17,28 +17,20 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-from jobs.backfill import backfill
 from query.aggregates import AggregateReport, Aggregates, Range, dimension_values, realtime_visitors
 from query.goals import Step
 from query.raw import RawQuery
 from tally.settings import Settings
-from tests.integration.views_support import write_raw
-from traffic.synthetic import synthetic_events
+from tests.integration.views_support import MARCH_FIRST, MARCH_LAST, MARCH_SITE
 
-SITE = "demo.tally.local"
-DAYS = Range(dt.date(2026, 3, 1), dt.date(2026, 3, 4))
+SITE = MARCH_SITE
+DAYS = Range(MARCH_FIRST, MARCH_LAST)
 GAP_MS = 30 * 60 * 1000
 
 
 @pytest.fixture(scope="module")
-def warehouse(settings: Settings, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    home = tmp_path_factory.mktemp("dashboard-reports")
-    iso = dataclasses.replace(
-        settings, home=str(home), warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse"))
-    )
-    start = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
-    write_raw(iso, synthetic_events(visits=600, start=start, span=dt.timedelta(days=3), site_id=SITE, seed=5))
-    backfill(spark, iso, start=DAYS.start, end=DAYS.end, progress=False)
+def warehouse(march: Settings) -> dict[str, Any]:
+    iso = march  # the session's shared backfilled tables, read only
     raw = DeltaTable(iso.table_uri("raw.pageviews")).to_pandas()
     raw = raw[(raw["site_id"] == SITE) & ~raw["is_bot"]]
     dataset = DeltaTable(iso.table_uri("raw.pageviews")).to_pyarrow_dataset()

@@ -1,8 +1,9 @@
 """Reports and alerts delivered to a real SMTP server (aiosmtpd) and a real local HTTP receiver.
 
-Raw events go into raw.pageviews and a real Spark backfill computes the views; the weekly report's
-figures must equal those the dashboard reads through the query layer, be sent once (not again on a
-second run, nor after a restart), and a stopped SMTP server must be retried, then recorded as failed.
+Raw events go into raw.pageviews and a real Spark backfill computes the views (a copy of the
+session's shared ``march`` warehouse); the weekly report's figures must equal those the dashboard
+reads through the query layer, be sent once (not again on a second run, nor after a restart), and
+a stopped SMTP server must be retried, then recorded as failed.
 Each alert condition is injected and delivered once within the quiet period.
 """
 
@@ -24,7 +25,6 @@ import pyarrow as pa
 import pytest
 from aiosmtpd.controller import Controller
 
-from jobs.backfill import backfill
 from notify.alerts import Instance, check, findings
 from notify.channels import channels
 from notify.ledger import open_ledger
@@ -37,10 +37,10 @@ from tally.settings import AlertRuleSettings, NotifySettings, ReportSubscription
 from tally.storage import append_rows
 from tally.table_schemas import QUALITY_PARTITIONS_SCHEMA
 from tally.tables import QUALITY_PARTITIONS
-from tests.integration.views_support import write_raw
+from tests.integration.views_support import MARCH_SITE, copy_warehouse, write_raw
 from traffic.synthetic import synthetic_events
 
-SITE = "demo.tally.local"
+SITE = MARCH_SITE
 LIMIT = dt.timedelta(minutes=10)  # alerts.lag_minutes
 NOW = dt.datetime(2026, 3, 9, 7, 0, tzinfo=dt.UTC)  # a Monday: the week of 2 to 8 March is due
 WEEK, PREVIOUS = Range(dt.date(2026, 3, 2), dt.date(2026, 3, 8)), Range(dt.date(2026, 2, 23), dt.date(2026, 3, 1))
@@ -130,16 +130,15 @@ def notify_settings(base: Settings, home: Path, smtp_port: int, hook: str) -> Se
 
 @pytest.fixture(scope="module")
 def warehouse(
-    settings: Settings, spark: Any, servers: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+    settings: Settings, march: Settings, servers: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Settings:
     home = tmp_path_factory.mktemp("notify")
     hook = f"http://127.0.0.1:{servers['receiver'].server_port}/hook"
-    iso = notify_settings(settings, home, servers["smtp_port"], hook)
-    # Four days, two in each period, keep the backfill short: both periods have figures to compare.
-    start = dt.datetime(2026, 2, 28, tzinfo=dt.UTC)
-    write_raw(iso, synthetic_events(visits=300, start=start, span=dt.timedelta(days=4), site_id=SITE, seed=3))
-    backfill(spark, iso, start=start.date(), end=dt.date(2026, 3, 3), progress=False)
-    return iso
+    # A copy of the session's shared backfilled tables, since the alert test writes to them. Its
+    # four days are in both periods (1 March in the previous week, 2-4 in the reported one), so
+    # both have figures to compare.
+    copy_warehouse(march, home)
+    return notify_settings(settings, home, servers["smtp_port"], hook)
 
 
 def body_line(text: str, label: str) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,12 @@ from deltalake import DeltaTable, write_deltalake
 from tally.schema import FIELDS
 from tally.settings import Settings
 from tally.sketches import digest_quantiles, union_estimate
+from traffic.synthetic import synthetic_events
+
+# The shared report data set (the session fixture ``march``): a site's synthetic traffic of four
+# days, every view backfilled once for the dashboard, API and notify tests.
+MARCH_SITE = "demo.tally.local"
+MARCH_FIRST, MARCH_LAST = dt.date(2026, 3, 1), dt.date(2026, 3, 4)
 
 
 def isolated_settings(settings: Settings, home: Path) -> Settings:
@@ -32,6 +40,33 @@ def isolated_settings(settings: Settings, home: Path) -> Settings:
         kafka=dataclasses.replace(settings.kafka, pageviews_topic=topic),
         warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse")),
     )
+
+
+def at_home(settings: Settings, home: Path) -> Settings:
+    """``settings`` with ``home`` as the home and ``home/warehouse`` as the warehouse."""
+    return dataclasses.replace(
+        settings, home=str(home), warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse"))
+    )
+
+
+def march_events() -> pa.Table:
+    """The shared data set's raw events: 500 visits starting in the first three of its days."""
+    start = dt.datetime.combine(MARCH_FIRST, dt.time(), dt.UTC)
+    return synthetic_events(visits=500, start=start, span=dt.timedelta(days=3), site_id=MARCH_SITE, seed=11)
+
+
+def table_versions(settings: Settings) -> dict[str, int]:
+    """The Delta version of every table in the warehouse, by its folder (``raw/pageviews`` ...)."""
+    root = Path(settings.warehouse_uri)
+    tables = [log.parent for log in root.glob("*/*/_delta_log")]
+    return {str(table.relative_to(root)): DeltaTable(str(table)).version() for table in tables}
+
+
+def copy_warehouse(source: Settings, home: Path) -> Settings:
+    """A private copy of ``source``'s tables under ``home``, for a test that writes (Delta logs
+    hold paths relative to each table, so a copied folder is a whole table)."""
+    shutil.copytree(Path(source.warehouse_uri), home / "warehouse")
+    return at_home(source, home)
 
 
 def produce(settings: Settings, rows: list[dict[str, Any]]) -> None:
