@@ -13,7 +13,7 @@ import functools
 import logging
 import sys
 
-from bench import api, archiver, backfill, dashboard, hll, ingest, sketches, soak, stack, views
+from bench import api, archiver, backfill, dashboard, hll, ingest, precision, sketches, soak, stack, views
 from bench.markdown import DOCUMENT, write
 from bench.report import Benchmark, load_records, run_benchmark, save_records
 from tally.log import setup_logging
@@ -84,10 +84,10 @@ BENCHMARKS = [
         runs=1,
         note="One run of 20 seeds per size (the share needs many samples, not many runs): per seed, synthetic"
         " events over 10 days (traffic.synthetic, as bench.backfill makes them), one sketch per day as Spark's"
-        " `hll_sketch_agg` writes it (lg_k 12, HLL_8), read as the dashboard reads them"
-        " (`tally.sketches.union_estimate`). ≈ 95% inside the 2-sigma bounds is what the ± promises."
-        " Small per-seed samples: HLL's relative error at lg_k 12 no longer depends on the count past a few"
-        " times k = 4,096 distinct.",
+        " `hll_sketch_agg` writes it (HLL_8, at `tally.sketches.HLL_LG_K`, named in the notes), read as the"
+        " dashboard reads them (`tally.sketches.union_estimate`). ≈ 95% inside the 2-sigma bounds is what the ±"
+        " promises. Small per-seed samples: HLL's relative error no longer depends on the count past a few"
+        " times k = 2**lg_k distinct.",
     ),
     Benchmark(
         "soak",
@@ -111,6 +111,17 @@ BENCHMARKS.append(
         " reads both periods at once), pages and sources (a filter on the breakdown's own dimension is answered"
         " from the aggregates), the plan property of signups (agg.props_1d), and a country filter answered"
         " exactly from raw events with visits sessionised.",
+    )
+)
+BENCHMARKS.append(
+    Benchmark(
+        "precision",
+        "Precision: HLL lg_k 12 against lg_k 14, side by side",
+        precision.measure,
+        f"{PY} bench.precision",
+        runs=2,
+        variants=tuple(precision.variant(k) for k in precision.LG_KS),
+        note=precision.NOTE,
     )
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}

@@ -41,12 +41,17 @@ def _section(record: Record) -> list[str]:
     ]
     if record.note:
         lines += ["", record.note]
-    lines += [
-        "",
-        "| figure | median | spread (min – max) | unit | runs | goal | note |",
-        "|---|---:|---:|---|---:|---|---|",
-    ]
-    for row in summarise(record.runs):
+    rows = summarise(record.runs)
+    paired, alone = _by_variant(rows, record.variants)
+    if paired:
+        lines += ["", *_variant_table(paired, record.variants)]
+    if alone:
+        lines += [
+            "",
+            "| figure | median | spread (min – max) | unit | runs | goal | note |",
+            "|---|---:|---:|---|---:|---|---|",
+        ]
+    for row in alone:
         lines.append(
             f"| {row.name} | {number(row.median)} | {spread(row.low, row.high)} | {row.unit} | {row.runs}"
             f" | {row.goal} | {row.note} |"
@@ -54,8 +59,49 @@ def _section(record: Record) -> list[str]:
     return [*lines, ""]
 
 
+def _by_variant(rows: list[Row], variants: tuple[str, ...]) -> tuple[dict[str, dict[str, Row]], list[Row]]:
+    """Rows named "<what> (<variant>)" grouped by what they measure (in first-seen order), and the rest."""
+    paired: dict[str, dict[str, Row]] = {}
+    alone = []
+    for row in rows:
+        found = next((v for v in variants if row.name.endswith(f" ({v})")), None)
+        if found is None:
+            alone.append(row)
+        else:
+            paired.setdefault(row.name[: -len(f" ({found})")], {})[found] = row
+    return paired, alone
+
+
+def _variant_table(paired: dict[str, dict[str, Row]], variants: tuple[str, ...]) -> list[str]:
+    """One row per measured thing, a column per variant (median, then the spread), and last / first."""
+    ratio_head = f"{variants[-1]} / {variants[0]}"
+    lines = [
+        "| figure | " + " | ".join(f"{v}: median (min – max)" for v in variants) + f" | {ratio_head} | unit | runs"
+        " | goal | note |",
+        "|---|" + "---:|" * (len(variants) + 1) + "---|---:|---|---|",
+    ]
+    for what, by_variant in paired.items():
+        rows = [by_variant.get(v) for v in variants]
+        cells = [f"{number(r.median)} ({spread(r.low, r.high)})" if r else "" for r in rows]
+        last = rows[-1]
+        ratio = f"{number(last.ratio[1])}× ({spread(last.ratio[2], last.ratio[3])})" if last and last.ratio else ""
+        present = [r for r in rows if r]
+        notes = list(dict.fromkeys(r.note for r in present if r.note))
+        if len(notes) > 1:
+            notes = [f"{v}: {r.note}" for v, r in zip(variants, rows, strict=True) if r and r.note]
+        goal = next((r.goal for r in present if r.goal), "")
+        lines.append(
+            f"| {what} | {' | '.join(cells)} | {ratio} | {present[0].unit} | {max(r.runs for r in present)}"
+            f" | {goal} | {'; '.join(notes)} |"
+        )
+    return lines
+
+
 def _ratios(records: Iterable[Record]) -> list[str]:
-    rows: list[tuple[Record, Row]] = [(r, row) for r in records for row in summarise(r.runs) if row.ratio]
+    # A benchmark of variants shows its own ratios in its section's last-over-first column.
+    rows: list[tuple[Record, Row]] = [
+        (r, row) for r in records if not r.variants for row in summarise(r.runs) if row.ratio
+    ]
     if not rows:
         return []
     lines = [

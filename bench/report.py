@@ -66,6 +66,9 @@ class Benchmark:
     runs: int = 3
     quick_runs: int = 1
     note: str = ""  # said under the section's title (what the runs do, why they are few)
+    # Figures named "<what> (<variant>)" for each of these are shown as one row with a column per
+    # variant (e.g. "lg_k 12", "lg_k 14"): two configurations measured side by side in the same run.
+    variants: tuple[str, ...] = ()
 
 
 @dataclass
@@ -83,6 +86,7 @@ class Record:
     load_after: tuple[float, float, float]
     machine: dict[str, str]
     runs: list[list[Figure]] = field(default_factory=list)
+    variants: tuple[str, ...] = ()
 
 
 def print_figures(figures: list[Figure]) -> None:
@@ -108,6 +112,7 @@ def run_benchmark(benchmark: Benchmark, *, quick: bool, runs: int | None = None)
         load_before=os.getloadavg(),
         load_after=(0.0, 0.0, 0.0),
         machine=machine(),
+        variants=benchmark.variants,
     )
     began = time.monotonic()
     for i in range(count):
@@ -221,6 +226,7 @@ def load_records(path: Path = RESULTS) -> dict[str, Record]:
     for name, data in json.loads(path.read_text()).items():
         data["runs"] = [[Figure(**f) for f in figures] for figures in data["runs"]]
         data["load_before"], data["load_after"] = tuple(data["load_before"]), tuple(data["load_after"])
+        data["variants"] = tuple(data.get("variants", ()))
         out[name] = Record(**data)
     return out
 

@@ -52,5 +52,10 @@ def visitors_sketch(visitor_id: Column) -> Column:
 
 
 def merged_visitors_sketch(sketches: Column) -> Column:
-    """Aggregate: the union of HLL sketches; never add distinct counts."""
-    return F.hll_union_agg(sketches)
+    """Aggregate: the union of HLL sketches; never add distinct counts.
+
+    Sketches written before a change of ``HLL_LG_K`` may meet new ones (an hour rolled up across the
+    restart): the union then takes the smaller lg_k, as ``tally.sketches.union_estimate`` does, instead
+    of failing the batch.
+    """
+    return F.hll_union_agg(sketches, allowDifferentLgConfigK=True)

@@ -29,12 +29,17 @@ Serialized layout (little-endian, 40-byte header then three arrays, ``n`` centro
     40+16n  n     point-mass flags, uint8 (1: every value in the centroid equals its mean)
 
 **HLL.** Distinct counts use Apache DataSketches HLL sketches, the format Spark's ``hll_sketch_agg``
-writes (lgConfigK 12, HLL_4 by default). Distinct counts are never added: sketches are unioned.
+writes, at lgConfigK ``HLL_LG_K``. Distinct counts are never added: sketches are unioned. A union
+of sketches of different lg_k is taken at the smallest lg_k among them, and its bounds are that
+lg_k's (tables written before a change of ``HLL_LG_K`` keep their sketches until a backfill).
+``TALLY_HLL_LG_K`` overrides ``HLL_LG_K`` for a process (read once, at import): the precision
+benchmark (``bench/precision.py``) writes warehouses at each lg_k with it.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -44,7 +49,10 @@ import numpy as np
 import numpy.typing as npt
 
 COMPRESSION = 200.0
-HLL_LG_K = 12
+# Register count 2**lg_k: the composite estimator's 2-sigma bound is ≈ 2 × 1.04 / sqrt(2**lg_k),
+# ±3.2% at 12 and ±1.6% at 14 (docs/BENCHMARKS.md, "Precision", measures both).
+DEFAULT_HLL_LG_K = 14
+HLL_LG_K_RANGE = range(4, 22)  # what both DataSketches and Spark's hll_sketch_agg accept
 
 # A serialized digest: this header (magic, version, centroids n, compression, count, min, max),
 # then n means (<f8), n weights (<f8) and n point flags (u1). DIGEST_HEADER_DTYPE is the same
@@ -66,6 +74,22 @@ DIGEST_HEADER_DTYPE = np.dtype(
 assert DIGEST_HEADER_DTYPE.itemsize == DIGEST_HEADER.size
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+
+
+def hll_lg_k_from_environment() -> int:
+    """``TALLY_HLL_LG_K`` if set (a benchmark's choice), else ``DEFAULT_HLL_LG_K``."""
+    text = os.environ.get("TALLY_HLL_LG_K", "").strip()
+    if not text:
+        return DEFAULT_HLL_LG_K
+    if not text.isdigit() or int(text) not in HLL_LG_K_RANGE:
+        raise ValueError(
+            f"TALLY_HLL_LG_K={text!r} is not an HLL lg_k: use a whole number from {HLL_LG_K_RANGE.start}"
+            f" to {HLL_LG_K_RANGE.stop - 1} (Tally's default is {DEFAULT_HLL_LG_K}), or unset it"
+        )
+    return int(text)
+
+
+HLL_LG_K = hll_lg_k_from_environment()
 
 
 @dataclass(frozen=True)
@@ -283,30 +307,36 @@ def union_estimate(sketches: Iterable[bytes | None]) -> Estimate:
     The estimate depends only on the union's registers, never on how the values were split into
     sketches. A sketch built by plain updates answers with its HIP estimator, while a union of two or
     more HLL-mode sketches can only use the composite estimator, which has a little more error
-    (≈1.6% vs ≈1.3% standard error at lg_k 12). A union of a *single* sketch keeps HIP, so the union
-    is finally merged with its own result: that changes no register (max is idempotent) but marks the
-    registers out of order, which selects the composite estimator every time. Thus a day's visitors
-    read the same from one sketch as from the union of its 24 hourly sketches.
+    (≈1.04 vs ≈0.83 over sqrt(2**lg_k) standard error). A union of a *single* sketch keeps HIP, so
+    the union is finally merged with its own result: that changes no register (max is idempotent) but
+    marks the registers out of order, which selects the composite estimator every time. Thus a day's
+    visitors read the same from one sketch as from the union of its 24 hourly sketches.
+
+    Sketches of different lg_k (tables written before ``HLL_LG_K`` changed) are unioned at the
+    smallest lg_k among them, so the bounds are the ones that hold for it: a union of lg_k 12 and
+    lg_k 14 sketches says ±3.2%, not ±1.6%. (A sketch still in its exact list or set mode keeps
+    every hash bit, so it lowers nothing.)
     """
-    union = datasketches.hll_union(HLL_LG_K)
+    parsed = []
     for raw in sketches:
         if not raw:
             continue
         try:
-            sketch = datasketches.hll_sketch.deserialize(bytes(raw))
+            parsed.append(datasketches.hll_sketch.deserialize(bytes(raw)))
         except (ValueError, RuntimeError) as e:
             raise ValueError(f"not a DataSketches HLL sketch ({len(raw)} bytes): {e}") from e
-        if sketch.lg_config_k != HLL_LG_K:
-            # A union silently degrades to the smallest lg_k it sees; refuse rather than lose accuracy.
-            raise ValueError(f"HLL sketch has lg_k {sketch.lg_config_k}; Tally's sketches use lg_k {HLL_LG_K}")
+    # A union made for a smaller lg_k than an input's reports bounds narrower than its registers
+    # hold; made for the largest, it goes down to the smallest input's lg_k by itself.
+    union = datasketches.hll_union(max((s.lg_config_k for s in parsed), default=HLL_LG_K))
+    for sketch in parsed:
         union.update(sketch)
     union.update(union.get_result())
     return Estimate(union.get_estimate(), union.get_lower_bound(2), union.get_upper_bound(2))
 
 
-def sketch_from_ids(ids: Iterable[str]) -> bytes:
-    """A compact HLL_4 sketch (lg_k 12, as Spark's ``hll_sketch_agg`` writes) of the given ids."""
-    sketch = datasketches.hll_sketch(HLL_LG_K, datasketches.tgt_hll_type.HLL_4)
+def sketch_from_ids(ids: Iterable[str], *, lg_k: int = HLL_LG_K) -> bytes:
+    """A compact HLL_4 sketch of the given ids (lg_k ``HLL_LG_K`` unless given, as Spark's ``hll_sketch_agg``)."""
+    sketch = datasketches.hll_sketch(lg_k, datasketches.tgt_hll_type.HLL_4)
     update = sketch.update
     for visitor_id in ids:
         update(visitor_id)
