@@ -1,6 +1,6 @@
 """Sites at runtime in the Stats API: it follows the sites topic, and admin keys manage sites.
 
-The API follows ``kafka.sites_topic`` as every ingest worker does (:class:`SiteFollower`; records
+The API follows ``kafka.sites_topic`` as every ingest worker does (:class:`topics.follower.TopicFollower`; records
 and the fold over ``sites:`` are :mod:`tally.site_registry`'s), so a site added with
 ``tally site add`` can be queried, and keys for it checked, within seconds. An admin key
 (``tally apikey create --admin``) manages sites over HTTP, writing the same records as ``tally site``:
@@ -19,13 +19,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
-import uuid
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -34,85 +31,12 @@ from api.keys import ApiKey
 from tally.log import kv
 from tally.settings import Settings, SettingsError, SiteSettings
 from tally.site_registry import SiteChange, SiteRegistry, encode_removal, encode_site, new_site, site_json
+from topics.follower import TopicFollower
 
 log = logging.getLogger("tally.api.sites")
 
-POLL_S = 0.2
-RETRY_S = 2.0
 READY_WAIT_S = 5.0  # an admin request waits this long for the topic to be read, then gets 503
 WRITE_TIMEOUT_S = 10.0
-
-
-class SiteFollower:
-    """One consumer thread that applies every record of the sites topic to ``registry`` (as ingest's)."""
-
-    def __init__(
-        self,
-        *,
-        client_config: Mapping[str, str | int | float | bool],
-        topic: str,
-        registry: SiteRegistry,
-        on_change: Callable[[], None],
-    ) -> None:
-        self.registry, self.topic, self._on_change = registry, topic, on_change
-        self.caught_up = threading.Event()
-        self._consumer = Consumer(
-            {
-                **client_config,
-                "group.id": f"tally-api-sites-{uuid.uuid4().hex}",  # never joined nor committed: assigned
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "log_level": 3,
-            }
-        )
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sites", daemon=True)
-        self._thread.start()
-
-    def _assign(self) -> set[int]:
-        metadata = self._consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
-        if metadata is None or metadata.error is not None or not metadata.partitions:
-            raise KafkaException(f"topic {self.topic} is not available ({metadata and metadata.error})")
-        pending = set()
-        for partition in metadata.partitions:
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=5)
-            if high > low:
-                pending.add(partition)
-        self._consumer.assign([TopicPartition(self.topic, p, 0) for p in sorted(metadata.partitions)])
-        return pending
-
-    def _run(self) -> None:
-        pending: set[int] | None = None
-        while not self._stop.is_set():
-            if pending is None:
-                try:
-                    pending = self._assign()
-                except KafkaException as e:
-                    log.warning("sites topic not readable yet, retrying", extra=kv(topic=self.topic, error=str(e)))
-                    self._stop.wait(RETRY_S)
-                    continue
-                if not pending:
-                    self.caught_up.set()
-            msg = self._consumer.poll(POLL_S)
-            if msg is None:
-                continue
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition() or 0)
-                    if not pending:
-                        self.caught_up.set()
-                else:
-                    log.warning("sites topic error", extra=kv(error=str(error)))
-                continue
-            if self.registry.apply(msg.key(), msg.value()) is not None:
-                self._on_change()
-
-    def close(self) -> None:
-        """Stop the thread, then the consumer."""
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self._consumer.close()
 
 
 class SiteAdmin:
@@ -122,7 +46,7 @@ class SiteAdmin:
         self.settings = settings
         self.answering = answering
         self.registry = SiteRegistry(seed=settings.sites)
-        self.follower: SiteFollower | None = None
+        self.follower: TopicFollower | None = None
 
     def refresh(self) -> None:
         """Give the answering code the current sites (a new Settings, swapped in whole)."""
@@ -133,8 +57,13 @@ class SiteAdmin:
     def start(self) -> None:
         """Follow the sites topic (the app's lifespan; stopped by :meth:`close`)."""
         kafka = self.settings.kafka
-        self.follower = SiteFollower(
-            client_config=kafka.client_config(), topic=kafka.sites_topic, registry=self.registry, on_change=self.refresh
+
+        def apply(key: bytes | None, value: bytes | None) -> None:
+            if self.registry.apply(key, value) is not None:
+                self.refresh()
+
+        self.follower = TopicFollower(
+            client_config=kafka.client_config(), topic=kafka.sites_topic, apply=apply, reader="api"
         )
 
     def close(self) -> None:

@@ -90,7 +90,7 @@ class Pipeline:
     """Per-process ingest state: settings, the current sites, salts, rate limiter and the durable store.
 
     ``sites``: the sites this worker accepts, the seed of ``sites:`` folded with the sites topic
-    (:class:`ingest.sites.SiteFollower` keeps it current); by default the seed alone.
+    (:func:`ingest.sites.follow_sites` keeps it current); by default the seed alone.
     """
 
     def __init__(

@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
-from ingest.sites import SiteFollower
+from ingest.sites import follow_sites
 from ops import broker
 from tally.salt_periods import SALT_PERIODS
 from tally.settings import Settings, SettingsError, SiteSettings
@@ -63,7 +63,7 @@ def current_sites(settings: Settings, *, timeout: float = READ_TIMEOUT_S) -> Sit
     """The sites configured now: the seed folded with the whole sites topic, read to its end."""
     ensure_sites_topic(settings)
     registry = SiteRegistry(seed=settings.sites)
-    follower = SiteFollower(
+    follower = follow_sites(
         client_config=settings.kafka.client_config(), topic=settings.kafka.sites_topic, registry=registry
     )
     try:

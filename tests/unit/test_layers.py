@@ -20,6 +20,7 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 PACKAGES = (
     "tally",
     "query",
+    "topics",
     "ops",
     "ingest",
     "archiver",
@@ -65,7 +66,8 @@ def test_the_real_tree_keeps_every_layer_contract() -> None:
 
 
 def test_a_skeleton_that_follows_the_layers_passes(tmp_path: Path) -> None:
-    done = lint_imports(skeleton(tmp_path, {"dashboard/page.py": "import tally\n"}))
+    modules = {"dashboard/page.py": "import tally\nimport topics\n", "ingest/sites.py": "import topics\n"}
+    done = lint_imports(skeleton(tmp_path, modules))
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -82,6 +84,8 @@ def test_a_skeleton_that_follows_the_layers_passes(tmp_path: Path) -> None:
         ("api/app.py", "import dashboard\n", "api is not allowed to import dashboard"),
         ("notify/digest.py", "import dashboard\n", "notify is not allowed to import dashboard"),
         ("query/raw.py", "import pyspark\n", "query is not allowed to import pyspark"),
+        ("topics/follower.py", "import ingest\n", "topics is not allowed to import ingest"),
+        ("topics/follower.py", "import query\n", "topics is not allowed to import query"),
     ],
 )
 def test_an_import_across_the_layers_fails_the_lint(tmp_path: Path, module: str, source: str, refusal: str) -> None:

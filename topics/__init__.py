@@ -1,0 +1,1 @@
+"""Kafka adapters the apps share: following a compacted topic (docs/ARCHITECTURE.md, "topics/")."""
