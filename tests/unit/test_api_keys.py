@@ -26,7 +26,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 def test_a_key_is_stored_only_as_a_hash_in_a_private_file_and_verifies(settings: Settings) -> None:
     key, record = create_key(settings, name="reports", sites=(SITE,), now=NOW)
     text = keys_path(settings).read_text()
-    assert key.split("_")[2] not in text and record.secret_sha256 in text
+    assert key.split("_", 2)[2] not in text and record.secret_sha256 in text
     assert stat.S_IMODE(keys_path(settings).stat().st_mode) == 0o600
     found = verify(load_keys(settings), key)
     assert found is not None and found.may_read(SITE) and not found.may_read("limited.tally.test")
