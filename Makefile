@@ -29,7 +29,7 @@ test: setup tracker/node_modules
 	bash scripts/install-browser.sh
 	bash scripts/test.sh
 
-## tracker/node_modules: terser, to check the committed snippet build (npm run build in tracker/)
+## tracker/node_modules: terser, esbuild and web-vitals, to check the committed snippet and vitals builds (npm run build in tracker/)
 tracker/node_modules: tracker/package.json tracker/package-lock.json
 	cd tracker && npm ci --silent --no-audit --no-fund
 	touch $@
