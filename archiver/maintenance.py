@@ -99,8 +99,14 @@ class ForgetReport:
 
 
 def forget(settings: Settings, *, site_id: str | None, visitor_id: str | None, before: dt.date | None) -> ForgetReport:
-    """Delete a visitor's events (or everything before a date) and VACUUM the files away now."""
-    assert visitor_id or before, "forget needs a visitor or a date"
+    """Delete a visitor's events (or everything before a date, or a site's) and VACUUM the files away now.
+
+    A site's events (``site_id`` without ``visitor_id``) are deleted from ``raw.pageviews`` only:
+    dead letters in ``raw.rejected`` carry the site inside their payload, not as a column, and
+    expire after ``archiver.rejected_retention_days``. :func:`forget_site_views` deletes the
+    site's view rows.
+    """
+    assert visitor_id or before or site_id, "forget needs a visitor, a site or a date"
     deleted, removed = {}, {}
     dates: list[dt.date] = []
     for name, date_column in RAW_TABLES.items():
@@ -111,7 +117,9 @@ def forget(settings: Settings, *, site_id: str | None, visitor_id: str | None, b
             if name == RAW_REJECTED:
                 continue  # dead letters hold raw beacons, which carry no visitor id
             clauses.append(f"visitor_id = {_literal(visitor_id)}")
-        if site_id is not None and name == RAW_PAGEVIEWS:
+        if site_id is not None:
+            if name == RAW_REJECTED:
+                continue  # not another site's dead letters: see the docstring
             clauses.append(f"site_id = {_literal(site_id)}")
         table = _open(settings, name)
         if table is None:
@@ -124,6 +132,21 @@ def forget(settings: Settings, *, site_id: str | None, visitor_id: str | None, b
         removed[name] = vacuum_now(settings, name)
     log.info("forgotten", extra=kv(site=site_id, visitor=visitor_id, before=str(before), rows=deleted))
     return ForgetReport(deleted, removed, tuple(dates))
+
+
+def forget_site_views(settings: Settings, site_id: str, views: tuple[str, ...]) -> ForgetReport:
+    """Delete every row of ``site_id`` from the named views (each has a ``site_id`` column) and
+    VACUUM the files away now; the views' writers must be paused."""
+    deleted, removed = {}, {}
+    for name in views:
+        table = _open(settings, name)
+        if table is None:
+            continue
+        metrics = table.delete(f"site_id = {_literal(site_id)}")
+        deleted[name] = int(metrics.get("num_deleted_rows", 0))
+        removed[name] = vacuum_now(settings, name)
+    log.info("site forgotten from the views", extra=kv(site=site_id, rows=deleted))
+    return ForgetReport(deleted, removed)
 
 
 def _dates_where(table: DeltaTable, predicate: str) -> list[dt.date]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable
@@ -98,15 +99,17 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     import datetime as dt
 
-    from archiver.maintenance import forget, vacuum_now
+    from archiver.maintenance import forget, forget_site_views, vacuum_now
     from jobs.backfill import date_runs
     from ops.job_commands import run_backfill
     from ops.processes import Supervisor
     from ops.stack import services
+    from tally.tables import BACKFILL_VIEWS
 
-    if not (args.visitor or args.before):
-        print("tally forget: give --visitor (with --site) or --before DATE", file=sys.stderr)
+    if not (args.visitor or args.before or args.site):
+        print("tally forget: give --site S (a whole site), --visitor V --site S, or --before DATE", file=sys.stderr)
         return 2
+    whole_site = bool(args.site and not args.visitor and not args.before)
     before = dt.date.fromisoformat(args.before) if args.before else None
     supervisor = Supervisor(settings.home_dir)
     # VACUUM with zero retention must not race a writer's uncommitted files: pause the writers.
@@ -114,6 +117,13 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     code = 0
     try:
         report = forget(settings, site_id=args.site, visitor_id=args.visitor, before=before)
+        if whole_site:  # its views go too: nothing of the site is left to count
+            views = forget_site_views(settings, args.site, tuple(view.table for view in BACKFILL_VIEWS))
+            report = dataclasses.replace(
+                report,
+                rows_deleted=report.rows_deleted | views.rows_deleted,
+                files_removed=report.files_removed | views.files_removed,
+            )
         for table, rows in report.rows_deleted.items():
             print(f"{table}: {rows} rows deleted, {report.files_removed[table]} files removed from storage")
         if report.visitor_dates and not args.no_backfill:
@@ -205,8 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("query", help='e.g. "SELECT path, COUNT(*) FROM raw.pageviews GROUP BY path"')
     sql.add_argument("--limit", type=int, default=50, help="rows to show (default 50)")
     sql.add_argument("--no-truncate", action="store_true", help="show full cell values")
-    forget = add("forget", cmd_forget, "Delete a visitor's events (or all before a date) from Delta, and VACUUM.")
-    forget.add_argument("--site", help="site_id the visitor belongs to")
+    forget = add(
+        "forget",
+        cmd_forget,
+        "Delete a visitor's events, a whole site's data (--site alone), or all before a date, and VACUUM.",
+    )
+    forget.add_argument(
+        "--site",
+        help="site_id the visitor belongs to; alone: delete the site's events and views (tally site remove first)",
+    )
     forget.add_argument("--visitor", help="visitor_id to delete")
     forget.add_argument("--before", help="delete every event dated before this day (YYYY-MM-DD)")
     forget.add_argument("--no-backfill", action="store_true", help="do not recompute the visitor's dates now")

@@ -79,6 +79,48 @@ def test_forgetting_a_visitor_removes_their_rows_from_storage_and_keeps_others(
     ]  # paused for the VACUUM, then restarted
 
 
+def site_rows(uri: str, site: str) -> int:
+    """Rows of ``site`` in a Delta table (0 when the table does not exist yet)."""
+    try:
+        column = DeltaTable(uri).to_pyarrow_table(columns=["site_id"]).column("site_id").to_pylist()
+    except Exception:
+        return 0
+    return int(column.count(site))
+
+
+def test_forgetting_a_site_deletes_its_events_and_its_views_and_keeps_the_other_sites(
+    settings: Settings, archiver: None
+) -> None:
+    gone, kept = f"gone-{uuid.uuid4().hex[:8]}.example", settings.sites[0].site_id
+    day = dt.datetime.now(dt.UTC).date().isoformat()
+    produce(settings, gone, uuid.uuid4().hex, 12)
+    produce(settings, kept, uuid.uuid4().hex, 5)
+    raw = settings.table_uri("raw.pageviews")
+    wait_for(lambda: site_rows(raw, gone) == 12 and site_rows(raw, kept) >= 5, 60, "both sites in raw")
+    assert tally("backfill", "--from", day, "--to", day).returncode == 0
+    views = ("agg.traffic_1m", "agg.traffic_1d", "agg.sessions", "agg.visits_1d")
+    assert all(site_rows(settings.table_uri(v), gone) > 0 for v in views)
+    kept_before = {v: site_rows(settings.table_uri(v), kept) for v in views}
+
+    result = tally("forget", "--site", gone)
+    assert result.returncode == 0, result.stderr
+    assert "raw.pageviews: 12 rows deleted" in result.stdout
+    assert "agg.traffic_1d:" in result.stdout and "agg.sessions:" in result.stdout
+    assert site_rows(raw, gone) == 0 and site_rows(raw, kept) >= 5
+    assert visitor_free_of_site(Path(raw), gone)  # the files are gone from storage, not only unreferenced
+    for view in views:
+        assert site_rows(settings.table_uri(view), gone) == 0, view
+        assert site_rows(settings.table_uri(view), kept) == kept_before[view], view
+
+
+def visitor_free_of_site(table_dir: Path, site: str) -> bool:
+    """No Parquet file left under the table's folder holds a row of ``site``."""
+    return all(
+        site not in pq.read_table(f, columns=["site_id"]).column("site_id").to_pylist()
+        for f in table_dir.rglob("*.parquet")
+    )
+
+
 def table_committed(uri: str) -> bool:
     """The table's first commit is written (its data files come before it)."""
     return any(Path(uri, "_delta_log").glob("*.json"))
