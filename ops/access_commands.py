@@ -30,6 +30,7 @@ from dashboard.auth import (
 from dashboard.passwords import hash_password, verify_password
 from dashboard.sessions import end_user_sessions
 from dashboard.share_links import ShareLinks, describe_view, parse_view, share_url
+from ops.site_commands import with_sites_named
 from tally.private_files import write_private
 from tally.settings import DashboardUser, Settings
 
@@ -98,6 +99,7 @@ def _sites(text: str, settings: Settings) -> tuple[str, ...] | str:
     sites = tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
     if sites == (EVERY_SITE,):
         return sites
+    settings = with_sites_named(settings, sites)  # a site added at runtime (tally site add) may be granted too
     known = [s.site_id for s in settings.sites]
     unknown = [s for s in sites if s not in known]
     if not sites or unknown:
@@ -204,6 +206,7 @@ def run_share_create(args: argparse.Namespace, settings: Settings) -> int:
     """Record a link and print it (last line: the URL alone)."""
     from ops.stack import dashboard_url
 
+    settings = with_sites_named(settings, (args.site,))  # a site added at runtime may be shared too
     try:
         view = parse_view(args.view, site=args.site)
         link, token = ShareLinks(settings).create(

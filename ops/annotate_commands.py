@@ -7,6 +7,7 @@ import datetime as dt
 import getpass
 import sys
 
+from ops.site_commands import with_sites_named
 from tally.annotations import AnnotationError, add_annotation, delete_annotation, load_annotations
 from tally.settings import Settings
 
@@ -42,6 +43,7 @@ def run_annotate(args: argparse.Namespace, settings: Settings) -> int:
             'tally annotate: give --site and the text, e.g. tally annotate --site example.com "launch"', file=sys.stderr
         )
         return EXIT_USAGE
+    settings = with_sites_named(settings, (args.site,))  # a site added at runtime may be annotated too
     try:
         day = _day(args.date)
         note = add_annotation(

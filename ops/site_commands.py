@@ -59,6 +59,20 @@ def ensure_sites_topic(settings: Settings) -> None:
         ) from e
 
 
+def with_sites_named(settings: Settings, site_ids: tuple[str, ...]) -> Settings:
+    """``settings`` with the runtime sites folded in when one of ``site_ids`` is not in conf/'s
+    ``sites:`` (Kafka is read only then, so commands about conf/'s sites need no broker). When the
+    topic cannot be read, conf/'s sites alone, and a line on stderr says why."""
+    seeded = {s.site_id for s in settings.sites}
+    if all(site in seeded or site == "*" for site in site_ids):
+        return settings
+    try:
+        return settings.with_sites(current_sites(settings).sites())
+    except SiteCommandError as e:
+        print(f"sites added with tally site could not be read, only conf/'s are known: {e}", file=sys.stderr)
+        return settings
+
+
 def current_sites(settings: Settings, *, timeout: float = READ_TIMEOUT_S) -> SiteRegistry:
     """The sites configured now: the seed folded with the whole sites topic, read to its end."""
     ensure_sites_topic(settings)

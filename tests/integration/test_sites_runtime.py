@@ -211,3 +211,18 @@ def test_the_dashboard_s_sites_follow_tally_site_add_and_remove(settings: Settin
     assert with_current_sites(settings).site(site) is not None  # the page's lookups see it too
     assert tally("site", "remove", site).returncode == 0
     wait_for(lambda: site not in shown(), FOLLOW_S, f"the dashboard to drop {site}")
+
+
+def test_a_site_added_at_runtime_can_be_annotated_and_granted_from_the_command_line(
+    settings: Settings, kafka: str
+) -> None:
+    site = f"cli-{uuid.uuid4().hex[:8]}.example"
+    refused = tally("annotate", "--site", site, "--date", "2026-03-02", "before it exists")
+    assert refused.returncode != 0 and "not configured" in refused.stderr
+    assert tally("site", "add", site, "--domains", site).returncode == 0
+    noted = tally("annotate", "--site", site, "--date", "2026-03-02", "launch")
+    assert noted.returncode == 0, noted.stderr
+    assert site in tally("annotate", "--list", "--site", site).stdout
+    # The site is known to `tally share`: what stops this link is its creator's access, not the site.
+    shared = tally("share", "create", "--site", site, "--creator", "nobody")
+    assert "is not configured" not in shared.stderr and "'nobody' is not a dashboard user" in shared.stderr
