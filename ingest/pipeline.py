@@ -289,7 +289,8 @@ class Pipeline:
         if not events and not invalid:  # every event was dropped for the visitor's opt-out
             return Outcome(202, {"accepted": 0, "ignored": opted_out, "reason": "opt-out"})
         if not events:
-            first = invalid[0][1]
+            # Throttled events say so (429, Retry-After) even beside bad items: the client retries them later.
+            first = throttled or invalid[0][1]
             headers = {"Retry-After": str(first.retry_after_s)} if first.retry_after_s else {}
             return Outcome(first.status, first.body(), headers)
         body: dict[str, Any] = {"accepted": len(events)}

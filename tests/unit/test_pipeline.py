@@ -127,3 +127,11 @@ def test_a_site_added_at_runtime_is_accepted_and_once_removed_refused_as_unknown
     refused = accept(pipe, beacon(3, s=new, u=f"https://{new}/"))
     assert refused.status == 403 and refused.body["error"] == "unknown_site"
     assert "tally site add" in refused.body["message"]
+
+
+def test_a_throttled_batch_answers_429_even_when_it_also_holds_a_bad_item(
+    pipeline: tuple[Pipeline, MemoryStore],
+) -> None:
+    pipe, _ = pipeline
+    outcome = accept(pipe, [beacon(1, te="x"), *(beacon(n) for n in range(2, 6))])  # 4 page views, limit 3
+    assert outcome.status == 429 and "Retry-After" in outcome.headers
