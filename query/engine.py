@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from query.exact import ExactQuery, leaves, matching_values, time_label
-from query.report import Report, VitalsReport
+from query.report import Report
 from query.site_time import LocalDays, buckets, is_utc, local_time
 from query.spec import (
     MAX_LIMIT,
@@ -32,12 +32,11 @@ from query.spec import (
     VISIT_METRICS,
     VITAL_BAND_METRICS,
     VITALS_METRICS,
-    Filter,
     Query,
     QueryError,
     dimension,
 )
-from query.vitals import fits_vitals_view, is_vitals_query, vitals_metric_meta, vitals_rows
+from query.vitals import VitalsSources, fits_vitals_view, is_vitals_query, vitals_metric_meta, vitals_rows
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.sketches import Estimate
 
@@ -52,22 +51,12 @@ _ENTRY_EXIT_METRICS = ("visits", "bounce_rate", "visit_duration")
 _COUNTS = ("visitors", "pageviews", "events", "visits")  # 0 where a row has none; rates are null
 
 
-class Sources(Protocol):
-    """Where answers come from (:class:`query.sources.Sources`)."""
+class Sources(VitalsSources, Protocol):
+    """Where answers come from (:class:`query.sources.Sources`); its vitals methods are :class:`VitalsSources`'."""
 
     def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report: ...
     def exact(self, site_id: str) -> ExactQuery | None: ...
     def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str: ...
-    def aggregate_vitals(self, site_id: str, start: dt.date, end: dt.date) -> VitalsReport: ...
-    def exact_vitals(
-        self,
-        site_id: str,
-        start: dt.date,
-        end: dt.date,
-        *,
-        filters: tuple[Filter, ...] = (),
-        between: tuple[dt.datetime, dt.datetime] | None = None,
-    ) -> VitalsReport | None: ...
 
 
 @dataclass(frozen=True)
