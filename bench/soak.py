@@ -11,6 +11,7 @@ end, every byte at rest and every Kafka record is searched for the client IPs th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import tempfile
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from bench.ingest import ramp
 from bench.loadgen import Run, http_post, run_open_loop, summary
@@ -66,10 +68,24 @@ def slope_mib_per_hour(seconds: list[float], mib: list[float]) -> float:
     return float(np.polyfit(x, y, 1)[0] * 3600)
 
 
+def views_parts(home: Path) -> dict[str, float]:
+    """The views job's resident MiB split into its parts, to see which one grows: the Python driver
+    (``jobs`` and its foreachBatch code), the Spark JVM, and the Python workers the JVM starts."""
+    parts: dict[str, float] = {}
+    with contextlib.suppress(psutil.Error, ValueError, OSError):  # the job may restart meanwhile
+        driver = psutil.Process(json.loads((home / "run" / "views.json").read_text())["pid"])
+        parts["views (Python driver)"] = driver.memory_info().rss / 2**20
+        for child in driver.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                name = "views (JVM)" if child.name() == "java" else "views (Python workers)"
+                parts[name] = parts.get(name, 0.0) + child.memory_info().rss / 2**20
+    return parts
+
+
 def _sample(home: Path, started: float, stop: threading.Event, rows: list[tuple[float, str, float]]) -> None:
     while not stop.wait(SAMPLE_S):
         now = time.monotonic() - started
-        rows.extend((now, name, mib) for name, mib in rss_by_service(home).items())
+        rows.extend((now, name, mib) for name, mib in {**rss_by_service(home), **views_parts(home)}.items())
 
 
 def _write_series(rows: list[tuple[float, str, float]]) -> None:

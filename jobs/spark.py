@@ -77,6 +77,9 @@ def spark_session(settings: Settings, app_name: str, *, extra: Mapping[str, str]
     check_java()
     # Workers must run the same Python as the driver (the project's venv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # glibc gives each thread that allocates its own 64 MiB malloc arena, up to 8 per core; the JVM's
+    # hundreds of threads then hold memory nobody uses. Two arenas (Hadoop's scripts cap them at 4).
+    os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     s = settings.spark
     # Loopback unless told otherwise: executors on other machines need the driver at an address
     # they can reach, given by Spark's own SPARK_LOCAL_IP (see docs/DEPLOYMENT.md).

@@ -63,6 +63,12 @@ def scheduler_pools(settings: Settings) -> dict[str, str]:
     return {"spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(path)}
 
 
+def views_spark_config(settings: Settings) -> dict[str, str]:
+    """The streaming job's own Spark settings: its scheduler pools and its heap (``spark.views_driver_memory``,
+    smaller than the batch jobs' ``spark.driver_memory``: see docs/OPERATIONS.md, "Memory")."""
+    return scheduler_pools(settings) | {"spark.driver.memory": settings.spark.views_driver_memory}
+
+
 def in_pool(pool: str, writer: BatchWriter, *, persist: bool = True) -> BatchWriter:
     """A query's batch writer running its Spark jobs in ``pool``.
 
@@ -278,7 +284,7 @@ def default_checkpoints(settings: Settings) -> str:
 def start(settings: Settings, *, checkpoint_root: str | None = None, queries: Collection[str] | None = None) -> ViewJob:
     """Start the view queries (traffic, sessions, rate limit, props, vitals), or only the named ``queries``
     (a test of one view), and return them."""
-    spark = spark_session(settings, "tally-views", extra=scheduler_pools(settings))
+    spark = spark_session(settings, "tally-views", extra=views_spark_config(settings))
     checkpoints = checkpoint_root or default_checkpoints(settings)
     journal = PendingJournal(spark, f"{checkpoints.rstrip('/')}/rollups-pending.json")
     lag_limit = dt.timedelta(minutes=settings.alerts.lag_minutes)

@@ -116,7 +116,11 @@ class KafkaSettings:
 @dataclass(frozen=True)
 class SparkSettings:
     master: str = "local[*]"
-    driver_memory: str = "1536m"
+    driver_memory: str = "1536m"  # heap of the batch jobs' driver: backfill, `tally sql`
+    # Heap of the long-running streaming views job. Its live set after a full GC was 237 MiB at
+    # 300 events/s; G1 grows a heap towards its maximum before it collects, so a batch job's
+    # 1536m made the job, with its Python processes, 2.8 GiB resident in the soak (docs/BENCHMARKS.md).
+    views_driver_memory: str = "1g"
     # 0 = one per core of a local master (local[*], local[N]); on a cluster, set it (2-3 x the
     # executor cores). More partitions than cores only add tasks, state files and small output
     # files to every micro-batch.

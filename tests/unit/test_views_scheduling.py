@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.streaming import BACKGROUND_POOL, LATENCY_POOL, scheduler_pools, trigger_seconds
+from jobs.streaming import BACKGROUND_POOL, LATENCY_POOL, scheduler_pools, trigger_seconds, views_spark_config
 from tally.settings import load_settings
 
 
@@ -35,3 +35,16 @@ def test_the_sessions_query_runs_on_its_own_longer_trigger(tmp_path: Path, monke
     assert trigger_seconds(settings, "props") == trigger_seconds(settings, "vitals") == 45
     # The 1-minute view and the rate-limit counters (blocks within 30 s) keep the short one.
     assert trigger_seconds(settings, "traffic") == trigger_seconds(settings, "ratelimit") == 5
+
+
+def test_the_streaming_job_runs_on_its_own_heap_not_the_batch_jobs_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_SPARK__DRIVER_MEMORY", "3g")
+    monkeypatch.setenv("TALLY_SPARK__VIEWS_DRIVER_MEMORY", "900m")
+    conf = views_spark_config(load_settings())
+    assert conf["spark.driver.memory"] == "900m"
+    assert conf["spark.scheduler.mode"] == "FAIR", "the pools are still set"
+    monkeypatch.delenv("TALLY_SPARK__VIEWS_DRIVER_MEMORY")
+    assert views_spark_config(load_settings())["spark.driver.memory"] == "1g", "the default stays below 2 GiB in all"
