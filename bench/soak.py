@@ -21,8 +21,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import numpy as np
 import psutil
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
 
 from bench.ingest import ramp
 from bench.loadgen import Run, http_post, run_open_loop, summary
@@ -32,8 +35,11 @@ from ops.stack import stack_env
 from quality.leaks import Match, scan_at_rest
 from tally.settings import PROJECT_ROOT
 
+BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"  # views leave crawlers out
 CLIENT_IPS = tuple(f"198.51.100.{n}" for n in range(101, 117))  # 16 documentation addresses (RFC 5737)
 SAMPLE_S = 10.0
+PROBE_EVERY_S = 5.0  # a beacon with a page path of its own this often, watched for in agg.traffic_1m
+WATCH_EVERY_S = 1.0
 SERIES = PROJECT_ROOT / "bench" / "soak-memory.csv"
 NOTE = (
     "One run (30 minutes). Rate: half of the peak that bench.ingest's ramp sustained on this same"
@@ -57,6 +63,42 @@ def beacons(port: int, salt: int) -> Callable[[int], bytes]:
         return http_post("/api/event", port, json.dumps(body).encode(), headers)
 
     return make
+
+
+def send_probes(port: int, stop: threading.Event, sent: dict[str, float]) -> None:
+    """Every PROBE_EVERY_S, one page view whose path no other beacon has; records when it was sent."""
+    with httpx.Client(timeout=10) as client:
+        while not stop.wait(PROBE_EVERY_S):
+            path, now = f"/probe/{uuid.uuid4().hex[:12]}", int(time.time() * 1000)
+            body = {"id": str(uuid.uuid4()), "s": "demo.tally.local", "u": f"https://demo.tally.local{path}"}
+            headers = {"Content-Type": "text/plain", "X-Forwarded-For": CLIENT_IPS[0], "User-Agent": BROWSER}
+            sent_at = time.monotonic()
+            with contextlib.suppress(httpx.HTTPError):
+                if (
+                    client.post(
+                        f"http://127.0.0.1:{port}/api/event",
+                        content=json.dumps(body | {"te": now, "ts": now}),
+                        headers=headers,
+                    ).status_code
+                    == 202
+                ):
+                    sent[path] = sent_at
+
+
+def watch_probes(uri: str, stop: threading.Event, seen: dict[str, float]) -> None:
+    """Every WATCH_EVERY_S, read the files agg.traffic_1m's newest commits added (only those: the
+    views job rewrites a minute's rows when it merges) and note when each probe path first shows."""
+    read: set[str] = set()
+    while not stop.wait(WATCH_EVERY_S):
+        with contextlib.suppress(Exception):  # no table before the first batch; a file vacuumed meanwhile
+            added = DeltaTable(uri).get_add_actions(flatten=True)
+            for path in set(added.column("path").to_pylist()) - read:
+                rows = pq.read_table(f"{uri}/{path}", columns=["dimension", "value"]).to_pylist()
+                now = time.monotonic()
+                for row in rows:
+                    if row["dimension"] == "page" and row["value"].startswith("/probe/"):
+                        seen.setdefault(row["value"], now)
+                read.add(path)
 
 
 def slope_mib_per_hour(seconds: list[float], mib: list[float]) -> float:
@@ -107,6 +149,8 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
     }
     port = int(env["TALLY_INGEST__PORT"])
     rows: list[tuple[float, str, float]] = []
+    sent: dict[str, float] = {}
+    seen: dict[str, float] = {}
     stop = threading.Event()
     try:  # `tally down` also when `tally up` failed or was interrupted half-way
         up = tally(env, "up")
@@ -124,6 +168,13 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
         started = time.monotonic()
         sampler = threading.Thread(target=_sample, args=(home, started, stop, rows), daemon=True)
         sampler.start()
+        uri = str(home / "warehouse" / "agg" / "traffic_1m")
+        probes = [
+            threading.Thread(target=send_probes, args=(port, stop, sent), daemon=True),
+            threading.Thread(target=watch_probes, args=(uri, stop, seen), daemon=True),
+        ]
+        for probe in probes:
+            probe.start()
         latencies, errors, answered, segment = [], 0, 0, 0
         while time.monotonic() - started < minutes * 60:
             seconds = min(60.0, minutes * 60 - (time.monotonic() - started))
@@ -133,8 +184,11 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
             answered += sum(n for status, n in run.statuses.items() if status == 202)
             segment += 1
             print(f"  minute {segment}: {summary(run)}", flush=True)
+        time.sleep(30)  # the probes of the last seconds reach the view too
         stop.set()
         sampler.join()
+        for probe in probes:
+            probe.join()
         _write_series(rows)  # before the leak scan, so the samples outlive a failed scan
         # Half an hour of traffic is ~10^5-10^6 records: reading them all back takes minutes, not one.
         scan = scan_at_rest(home, set(CLIENT_IPS), f"127.0.0.1:{env['TALLY_KAFKA__PORT']}", kafka_timeout=1800)
@@ -142,7 +196,35 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
     finally:
         stop.set()
         tally(env, "down")
-    return _figures(rows, soak_rate, how, latencies, errors, answered, scan.leaks, len(scan.chance))
+    figures = _figures(rows, soak_rate, how, latencies, errors, answered, scan.leaks, len(scan.chance))
+    return figures + _view_latency(sent, seen)
+
+
+def _view_latency(sent: dict[str, float], seen: dict[str, float]) -> list[Figure]:
+    # The views job's start-up is not its latency (bench.views times it apart): probes count from
+    # the first one seen on.
+    warm = min(seen.values(), default=float("inf"))
+    counted = [p for p in sent if sent[p] >= warm]
+    lags = sorted(seen[p] - sent[p] for p in counted if p in seen)
+    note = (
+        f"{len(lags)}/{len(counted)} probes seen: one page view with its own path every {PROBE_EVERY_S:g} s among"
+        f" the soak's, sent once the first was in the view; agg.traffic_1m's new files read every {WATCH_EVERY_S:g} s"
+    )
+    if not lags:
+        return [
+            Figure("views: beacon -> agg.traffic_1m p95 during the soak", float("nan"), "s", goal="≤ 15 s", note=note)
+        ]
+    return [
+        Figure("views: beacon -> agg.traffic_1m p50 during the soak", lags[len(lags) // 2], "s", note=note),
+        Figure(
+            "views: beacon -> agg.traffic_1m p95 during the soak",
+            lags[int(0.95 * (len(lags) - 1))],
+            "s",
+            goal="≤ 15 s",
+            note=note,
+        ),
+        Figure("views: beacon -> agg.traffic_1m max during the soak", lags[-1], "s"),
+    ]
 
 
 def _figures(
