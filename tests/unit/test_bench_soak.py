@@ -1,0 +1,31 @@
+"""The soak's view-latency figures: probes count from the first one the view showed, never before."""
+
+import math
+
+from bench.soak import _view_latency, slope_mib_per_hour
+
+
+def test_probes_sent_before_the_view_first_showed_one_are_left_out_as_start_up() -> None:
+    # Probe a waited out the job's start-up; b..e were sent once the view was running.
+    sent = {"a": 0.0, "b": 43.0, "c": 45.0, "d": 50.0, "e": 55.0}
+    seen = {"a": 42.0, "b": 47.0, "c": 51.0, "d": 60.0}  # e never showed
+    figures = {f.name: f for f in _view_latency(sent, seen)}
+    p50 = figures["views: beacon -> agg.traffic_1m p50 during the soak"]
+    p95 = figures["views: beacon -> agg.traffic_1m p95 during the soak"]
+    assert p50.value == 6.0  # lags 4, 6, 10: a's 42 s is not among them
+    assert p95.value == 6.0  # int(0.95 * 2) = 1: the second of three, as the ingest p99 is taken
+    assert figures["views: beacon -> agg.traffic_1m max during the soak"].value == 10.0
+    assert "3/4 probes seen" in p95.note, "the probe sent after warm-up but never seen is counted as sent"
+    assert p95.goal == "≤ 15 s"
+
+
+def test_no_probe_seen_gives_an_unmeasured_figure_not_a_zero() -> None:
+    (figure,) = _view_latency({"a": 1.0}, {})
+    assert math.isnan(figure.value)
+    assert figure.note.startswith("0/0 probes seen")
+
+
+def test_the_slope_is_least_squares_over_the_second_half_in_mib_per_hour() -> None:
+    seconds = [float(s) for s in range(0, 600, 10)]
+    mib = [100.0 + (0.0 if s < 300 else (s - 300) / 3600 * 50) for s in seconds]  # 50 MiB/h after warm-up
+    assert abs(slope_mib_per_hour(seconds, mib) - 50.0) < 1e-6
