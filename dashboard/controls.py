@@ -7,17 +7,21 @@ address bar always holds a link to exactly what is on screen.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import cast
 
 import streamlit as st
 
+from dashboard.answers import Asker
 from dashboard.view import MAX_FUNNEL_STEPS, PRESETS, Preset, View, range_label
-from query.aggregates import Aggregates, Range, dimension_values
+from query.aggregates import Range, dimension_values
 from query.goals import Step
 from query.raw import FILTERS
 from query.site_time import local_today
+from tally.tables import TRAFFIC_1D
 
 ANY = "(any)"
 
@@ -26,16 +30,27 @@ def _index(options: list[str], value: str | None) -> int:
     return options.index(value) if value in options else 0
 
 
-def step_candidates(agg: Aggregates, site_id: str, days: Range, chosen: tuple[Step, ...]) -> list[str]:
+PICKER_LIMITS = {**dict.fromkeys(FILTERS, 200), "step_page": 100, "step_event": 50}  # values offered per picker
+
+
+def picker_values(ask: Asker, site_id: str, days: Range) -> dict[str, Future[list[str]]]:
+    """The values every picker offers (the most viewed first), all started at once and kept until
+    agg.traffic_1d changes: the filters' values, and the pages and events goals and funnels may use."""
+    started = {}
+    for picker, limit in PICKER_LIMITS.items():
+        dimension = picker.removeprefix("step_")
+        read = functools.partial(dimension_values, ask.agg, site_id, days, dimension, limit)
+        source = ("dimension_values", site_id, days.start, days.end, dimension, limit)
+        started[picker] = ask.value(source, (TRAFFIC_1D.table,), read)
+    return started
+
+
+def step_candidates(pages: list[str], events: list[str], chosen: tuple[Step, ...]) -> list[str]:
     """Pages and custom events seen in the range, as 'page:/path' and 'event:name' choices."""
-    pages = [f"page:{p}" for p in dimension_values(agg, site_id, days, "page", limit=100)]
-    events = [f"event:{e}" for e in dimension_values(agg, site_id, days, "event", limit=50)]
-    return list(dict.fromkeys([*map(str, chosen), *events, *pages]))
+    return list(dict.fromkeys([*map(str, chosen), *(f"event:{e}" for e in events), *(f"page:{p}" for p in pages)]))
 
 
-def sidebar(
-    view: View, sites: list[str], agg: Aggregates, now: dt.datetime, *, timezone_of: Callable[[str], str]
-) -> View:
+def sidebar(view: View, sites: list[str], ask: Asker, now: dt.datetime, *, timezone_of: Callable[[str], str]) -> View:
     """Render the controls; return the view they describe. Dates are the chosen site's days in its
     zone (``timezone_of``: ``sites[].timezone``), and every range label names the zone."""
     bar = st.sidebar
@@ -64,11 +79,12 @@ def sidebar(
     compare = bar.checkbox("Compare with the previous period", value=view.compare, key="compare")
     chosen_view = replace(view, site=site, preset=preset, start=start, end=end, compare=compare)
     days = Range(*chosen_view.dates(today))
+    values = picker_values(ask, site, days)
 
     bar.subheader("Filters")
     filters: dict[str, str] = {}
     for key in FILTERS:
-        options = [ANY, *dimension_values(agg, site, days, key)]
+        options = [ANY, *values[key].result()]
         current = view.filters.get(key)
         if current and current not in options:
             options.append(current)
@@ -80,7 +96,8 @@ def sidebar(
     )
 
     bar.subheader("Goals and funnel")
-    candidates = step_candidates(agg, site, days, (*view.goals, *view.funnel))
+    chosen_steps = (*view.goals, *view.funnel)
+    candidates = step_candidates(values["step_page"].result(), values["step_event"].result(), chosen_steps)
     goals = bar.multiselect("Goals", candidates, default=[str(g) for g in view.goals], key="goals")
     funnel = bar.multiselect(
         f"Funnel steps (2–{MAX_FUNNEL_STEPS}, in order)",

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 import pyarrow.compute as pc
 
+from dashboard.answers import Asker
+from query import freshness
 from query.aggregates import Aggregates, Range
 from tally.settings import Settings
 from tally.storage import archived_offset, read_frame
 from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_RESULTS_SCHEMA
-from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_RESULTS
+from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_RESULTS, RAW_PAGEVIEWS, TRAFFIC_1M
 
 
 @dataclass(frozen=True)
@@ -124,3 +127,52 @@ def latest_audit(settings: Settings, site_id: str, *, every_site: bool) -> pd.Da
         return pd.DataFrame(columns=columns)
     newest = relevant[relevant["run_id"] == relevant.sort_values("audited_at")["run_id"].iloc[-1]]
     return newest.sort_values(["success", "check"])[columns].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class HealthFigures:
+    """The data-health panel's figures of one page run, being computed (:mod:`dashboard.answers`);
+    the whole-instance ones (None unless the viewer sees every site) among them."""
+
+    now: dt.datetime
+    newest_window: Future[dt.datetime | None]
+    newest_event: Future[dt.datetime | None]
+    audit: Future[pd.DataFrame]
+    archive_lag: Future[ArchiveLag | None] | None = None
+    late_events: Future[int] | None = None
+    checks: Future[pd.DataFrame] | None = None
+
+
+def newest_window(ask: Asker, site_id: str, today: dt.date) -> Future[dt.datetime | None]:
+    """The end of the site's newest closed minute in agg.traffic_1m, kept until that table changes."""
+    read = lambda: freshness.newest_window_end(ask.agg, site_id, today)  # noqa: E731 - a one-line read
+    return ask.value(("newest_window_end", site_id, today), (TRAFFIC_1M.table,), read)
+
+
+def start(
+    ask: Asker, settings: Settings, site_id: str, days: Range, now: dt.datetime, *, every_site: bool
+) -> HealthFigures:
+    """Start every figure of the data-health panel; Kafka's archive lag is read anew on every page run."""
+    today = now.date()
+    newest_event = ask.value(
+        ("newest_event", site_id, today), (RAW_PAGEVIEWS,), lambda: freshness.newest_event(settings, site_id, today)
+    )
+    audit = ask.value(
+        ("latest_audit", site_id, every_site),
+        (QUALITY_AUDITS,),
+        lambda: latest_audit(settings, site_id, every_site=every_site),
+    )
+    figures = HealthFigures(now, newest_window(ask, site_id, today), newest_event, audit)
+    if not every_site:
+        return figures
+    return HealthFigures(
+        now,
+        figures.newest_window,
+        newest_event,
+        audit,
+        archive_lag=ask.now(lambda: archive_lag_total(settings)),
+        late_events=ask.value(
+            ("late_events", days.start, days.end), (LATE_EVENTS.table,), lambda: late_events(ask.agg, days)
+        ),
+        checks=ask.value(("latest_checks",), (QUALITY_RESULTS,), lambda: latest_checks(settings)),
+    )

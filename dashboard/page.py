@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import panels, vitals_panel
+from dashboard import health, panels, vitals_panel
+from dashboard.answers import AnswerCache, AnsweredReport, Asker, filters_key
 from dashboard.controls import sidebar
 from dashboard.view import View, ViewError, from_query, range_label, to_query
-from query import freshness
 from query.aggregates import Aggregates, Range, Totals
 from query.raw import RawQuery
 from query.report import Report
@@ -19,9 +20,12 @@ from query.site_time import local_time, local_today
 from query.sources import Sources
 from tally.annotations import MAX_TEXT, AnnotationError, add_annotation, annotations_for
 from tally.lag import describe_lag
-from tally.quarantine import quarantined
+from tally.quarantine import PartitionStatus, quarantined
 from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
+from tally.tables import QUALITY_PARTITIONS
+
+ANSWER_THREADS = 4  # figures computed side by side: most of a read is Arrow, delta-rs or DuckDB, outside the GIL
 
 
 @st.cache_resource(show_spinner=False)
@@ -30,18 +34,70 @@ def aggregates(settings: Settings) -> Aggregates:
     return Aggregates(settings)
 
 
+@st.cache_resource(show_spinner=False)
+def answer_cache(settings: Settings) -> AnswerCache:
+    """The answers kept for every page run of this process (keyed on table versions: ``dashboard/answers.py``)."""
+    return AnswerCache()
+
+
+@st.cache_resource(show_spinner=False)
+def answer_threads() -> ThreadPoolExecutor:
+    """The threads that compute a page's figures side by side, shared by every page run."""
+    return ThreadPoolExecutor(max_workers=ANSWER_THREADS, thread_name_prefix="tally-answers")
+
+
+def asker(settings: Settings) -> Asker:
+    """This page run's questions, answered through the process's cache and threads."""
+    return Asker(aggregates(settings), answer_cache(settings), answer_threads())
+
+
 def raw_report(settings: Settings, view: View, days: Range) -> RawQuery | None:
     """A drill-down over raw events of the site's local days, or None before the archiver has written anything."""
     return Sources(settings, aggregates(settings)).raw(view.site, days, view.filters)
 
 
-def quarantine_warning(settings: Settings, site_id: str) -> None:
+def drill_down(settings: Settings, ask: Asker, view: View, days: Range) -> AnsweredReport | None:
+    """:func:`raw_report` answered through the cache. Its snapshot of raw.pageviews is opened first,
+    so it is never older than the version its answers are kept under."""
+    raw = raw_report(settings, view, days)
+    if raw is None:
+        return None
+    source = ("raw", view.site, days.start, days.end, raw.timezone, filters_key(view.filters))
+    return ask.report(raw, source)
+
+
+def views_report(sources: Sources, ask: Asker, site_id: str, days: Range) -> AnsweredReport:
+    """The aggregate views' report of a site's local days, answered through the cache."""
+    zone = sources.timezone(site_id)
+    return ask.report(
+        sources.views_report(site_id, days.start, days.end), ("views", site_id, days.start, days.end, zone)
+    )
+
+
+def page_reports(
+    settings: Settings, ask: Asker, sources: Sources, view: View, days: Range, today: dt.date
+) -> tuple[AnsweredReport, AnsweredReport | None, AnsweredReport | None]:
+    """The report the page shows (the views, or raw events when filtered), the previous period's
+    (None without comparison) and the raw drill-down (None before any raw event, and when neither
+    the filters nor a funnel need it)."""
+    raw = drill_down(settings, ask, view, days) if view.filtered or len(view.funnel) >= 2 else None
+    previous_days = Range(*view.previous(today))
+    if view.filtered:
+        if raw is None:
+            return views_report(sources, ask, "", days), None, None  # no raw rows: nothing matches
+        previous = drill_down(settings, ask, view, previous_days) if view.compare else None
+        return raw, previous, raw
+    previous = views_report(sources, ask, view.site, previous_days) if view.compare else None
+    return views_report(sources, ask, view.site, days), previous, raw
+
+
+def quarantine_warning(statuses: list[PartitionStatus], site_id: str) -> None:
     """Warn about quarantined partitions that hold this site's figures.
 
     A one-site audit (checker ``audit:<site>``) speaks only of its own site, so another site's
     quarantine is not shown here; the suites and all-site audits judge whole partitions.
     """
-    held = [q for q in quarantined(settings) if q.checker == f"audit:{site_id}" or not q.checker.startswith("audit:")]
+    held = [q for q in statuses if q.checker == f"audit:{site_id}" or not q.checker.startswith("audit:")]
     if held:
         listed = ", ".join(f"{q.table} {q.partition_date} ({q.checker})" for q in held[:8])
         st.warning(
@@ -89,9 +145,8 @@ def annotate(settings: Settings, site_id: str, today: dt.date, timezone: str) ->
                 st.rerun()
 
 
-def data_age(agg: Aggregates, site_id: str, now: dt.datetime, refresh: int, timezone: str) -> None:
+def data_age(last: dt.datetime | None, now: dt.datetime, refresh: int, timezone: str) -> None:
     """How old the newest figures are (the newest closed minute of agg.traffic_1m), and how often they refresh."""
-    last = freshness.newest_window_end(agg, site_id, now.date())
     age = f"newest data {describe_lag(max(now - last, dt.timedelta(0)))} old" if last else "no data today or yesterday"
     every = f" · refreshes every {refresh} s" if refresh else ""
     st.caption(f"Live: {age}{every} · as of {local_time(now, timezone):%H:%M:%S} {timezone}")
@@ -127,70 +182,80 @@ def show(
     if view.site not in sites:
         st.error("You have no access to that site, or it is not configured.")
         st.stop()
-    agg = aggregates(settings)
-    sources = Sources(settings, agg)
+    ask = asker(settings)
+    sources = Sources(settings, ask.agg)
     if not read_only:
-        view = sidebar(view, sites, agg, now, timezone_of=sources.timezone)
+        view = sidebar(view, sites, ask, now, timezone_of=sources.timezone)
         st.sidebar.button("Refresh figures", key="refresh", help="Reads the tables again (keeps you logged in).")
         st.query_params.from_dict(to_query(view))
     # The site's days: every range below is of its local dates (query/site_time.py does the arithmetic).
     zone = sources.timezone(view.site)
     today = local_today(zone, now)
     days = Range(*view.dates(today))
+    # Every figure of the page is started now, side by side; each panel below waits for its own.
+    report, previous, raw = page_reports(settings, ask, sources, view, days, today)
+    vitals = ask.vitals(
+        sources.vitals(view.site, days.start, days.end, view.filters),
+        ("vitals", view.site, days.start, days.end, zone, filters_key(view.filters)),
+    )
+    views = views_report(sources, ask, view.site, days)
+    grain = view.grain(today)
+    panels.ask_ahead(report, previous, vitals, views, raw, view, grain)
+    statuses = ask.value(("quarantined",), (QUALITY_PARTITIONS,), lambda: quarantined(settings))
+    checks = health.start(ask, settings, view.site, days, now, every_site=every_site)
+
     st.title(f"Tally · {view.site}")
     label = range_label(view.preset, zone) if view.preset != "custom" else f"{days.start} – {days.end} ({zone})"
     st.caption(f"{label} · bots excluded" + (" · read-only shared view" if read_only else ""))
-    quarantine_warning(settings, view.site)
-
-    raw = raw_report(settings, view, days)
-    report: Report = sources.aggregate_report(view.site, days.start, days.end)
-    previous: Report | None = sources.aggregate_report(view.site, *view.previous(today))
+    quarantine_warning(statuses.result(), view.site)
+    if view.filtered and raw is None:
+        st.info("No raw events yet, so filters cannot be applied.")
+        st.stop()
     if view.filtered:
-        if raw is None:
-            st.info("No raw events yet, so filters cannot be applied.")
-            st.stop()
-        report = raw
-        previous = raw_report(settings, view, Range(*view.previous(today)))
         shown = ", ".join(f"{k}" for k in view.filters)
         st.info(f"Filtered by {shown}: every figure below is computed from raw events (exact drill-down).")
-    if not view.compare:
-        previous = None
 
-    grain = view.grain(today)
     refresh = settings.dashboard.refresh_seconds if days.end >= today else 0
+    previous_days = Range(*view.previous(today))
+    site = settings.site(view.site)
+    meaning = visitors_meaning(site.salt_period if site else "day", days.start, days.end)
+    first_run = [True]  # the page run's own reports; a refresh of the fragment reads the tables' new versions
 
     @st.fragment(run_every=refresh or None)
     def headline() -> Totals:
         if allowed is not None and not allowed():
             st.rerun(scope="app")  # the gate shows the login form or the refusal
         now = dt.datetime.now(dt.UTC)
-        panels.realtime(agg, view.site, now)
-        current, series = figures(report, view, days, today, grain, zone)
-        before, before_series = figures(previous, view, previous_days, today, grain, zone) if previous else (None, None)
+        shown, before = (
+            (report, previous) if first_run[0] else page_reports(settings, ask, sources, view, days, today)[:2]
+        )
+        first_run[0] = False
+        panels.realtime(ask.agg, view.site, now)
+        current, series = figures(shown, view, days, today, grain, zone)
+        before_totals, before_series = (
+            figures(before, view, previous_days, today, grain, zone) if before else (None, None)
+        )
         if current.pageviews == 0 and current.events == 0:
             st.info(
                 "No page views in this range yet. Start traffic with `tally traffic`, or embed the snippet shown by "
                 "`tally up` in a page of this site. Views update every few seconds."
             )
-        panels.kpis(current, before, report.exact, meaning)
+        panels.kpis(current, before_totals, shown.exact, meaning)
         notes = annotations_for(settings, view.site, days.start, days.end)
         panels.time_series(series, before_series, grain, notes, timezone=zone)
-        data_age(agg, view.site, now, refresh, zone)
+        data_age(health.newest_window(ask, view.site, now.date()).result(), now, refresh, zone)
         return current
 
-    previous_days = Range(*view.previous(today))
-    site = settings.site(view.site)
-    meaning = visitors_meaning(site.salt_period if site else "day", days.start, days.end)
     current = headline()
     if not read_only:
         annotate(settings, view.site, today, zone)
-    vitals = vitals_panel.read(sources.vitals(view.site, days.start, days.end, view.filters))
-    panels.top_tables(report, vitals.scroll_depths())
+    shown_vitals = vitals_panel.read(vitals)
+    panels.top_tables(report, shown_vitals.scroll_depths())
     panels.events_and_goals(report, current, view.goals)
-    panels.custom_properties(sources.views_report(view.site, days.start, days.end), filtered=view.filtered)
+    panels.custom_properties(views, filtered=view.filtered)
     panels.funnel(raw, view.funnel)
     panels.performance(current, report.exact)
-    vitals_panel.core_web_vitals(vitals, tag=vitals_panel.vitals_tag(settings, view.site))
-    panels.data_health(settings, agg, view.site, days, now, every_site=every_site)
+    vitals_panel.core_web_vitals(shown_vitals, tag=vitals_panel.vitals_tag(settings, view.site))
+    panels.data_health(settings, checks, every_site=every_site)
     st.caption(f"Figures as of {local_time(now, zone):%H:%M:%S} ({zone}).")
     return view

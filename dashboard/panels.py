@@ -14,8 +14,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import health
+from dashboard.answers import AnsweredReport, AnsweredVitals
 from dashboard.export import safe_csv
+from dashboard.health import HealthFigures
 from dashboard.view import View
 from query import freshness
 from query.aggregates import AggregateReport, Aggregates, Range, Totals, realtime_visitors
@@ -45,6 +46,42 @@ def _fmt_duration(seconds: float | None) -> str:
         return "–"
     minutes, secs = divmod(round(seconds), 60)
     return f"{minutes}m {secs:02d}s"
+
+
+# What the tables below ask of a report, as (question, dimension, limit): asked ahead by :func:`ask_ahead`.
+TOP_QUESTIONS = (
+    *(("top", d, 10) for d in ("page", "source", "channel", "campaign", "browser", "os", "device")),
+    *(("top_visits", d, 10) for d in ("entry_page", "exit_page")),
+    *(("top", d, 50) for d in ("country", "region", "city")),
+    ("top", "event", 20),
+)
+VITALS_DIMENSIONS = ("all", "page", "device")  # what vitals_panel.read asks
+
+
+def ask_ahead(
+    report: AnsweredReport,
+    previous: AnsweredReport | None,
+    vitals: AnsweredVitals,
+    views: AnsweredReport,
+    raw: AnsweredReport | None,
+    view: View,
+    grain: str,
+) -> None:
+    """Start every question the panels below will ask, in the order they are drawn, so that they are
+    computed side by side while the first ones are drawn (:mod:`dashboard.answers`)."""
+    for asked in (report, previous):
+        if asked is not None:
+            asked.ask("totals")
+            asked.ask("series", grain)
+    for dimension in VITALS_DIMENSIONS:
+        vitals.ask("vitals", dimension)
+    for question, dimension, limit in TOP_QUESTIONS:
+        report.ask(question, dimension, limit)
+    for goal in view.goals:
+        report.ask("goal", goal)
+    views.ask("property_keys")
+    if raw is not None and len(view.funnel) >= 2:
+        raw.ask("funnel", view.funnel)
 
 
 def realtime(agg: Aggregates, site_id: str, now: dt.datetime) -> None:
@@ -230,9 +267,12 @@ def events_and_goals(report: Report, totals: Totals, goals: tuple[Step, ...]) ->
 EVERY_EVENT = "(every event)"
 
 
-def custom_properties(report: AggregateReport | ZonedReport, *, filtered: bool) -> None:
+@st.fragment
+def custom_properties(report: AggregateReport | ZonedReport | AnsweredReport, *, filtered: bool) -> None:
     """Values of one property key of custom events, from agg.props_1d (never filtered: the view holds
-    no page, source or device, so a filtered page shows the whole site's values and says so)."""
+    no page, source or device, so a filtered page shows the whole site's values and says so).
+
+    A fragment: picking another event or key reruns this panel alone, not the page."""
     st.subheader("Custom properties")
     if filtered:
         st.caption("From the aggregate view agg.props_1d, without the filters: it holds no other dimensions.")
@@ -293,17 +333,17 @@ def performance(totals: Totals, exact: bool) -> None:
     )
 
 
-def data_health(
-    settings: Settings, agg: Aggregates, site_id: str, days: Range, now: dt.datetime, *, every_site: bool
-) -> None:
-    """Freshness and this site's audit for everyone; whole-instance figures only when ``every_site``."""
+def data_health(settings: Settings, figures: HealthFigures, *, every_site: bool) -> None:
+    """Freshness and this site's audit for everyone; whole-instance figures only when ``every_site``
+    (``figures`` holds them only then: :func:`dashboard.health.start`)."""
     st.subheader("Data health")
     cells = st.columns(3)
+    now = figures.now
     limit = dt.timedelta(minutes=settings.alerts.lag_minutes)
-    last = freshness.newest_window_end(agg, site_id, now.date())
+    last = figures.newest_window.result()
     age = max(0.0, (now - last).total_seconds() / 60) if last else None
     cells[0].metric("Last data", f"{age:.0f} min ago" if age is not None else "none today or yesterday")
-    behind = freshness.views_lag(freshness.newest_event(settings, site_id, now.date()), last, now.date())
+    behind = freshness.views_lag(figures.newest_event.result(), last, now.date())
     if behind > limit:
         st.error(
             f"Alert: the views are {describe_lag(behind)} behind the archived events of this site (limit"
@@ -311,7 +351,8 @@ def data_health(
             " and the views log; `tally backfill` recomputes any dates it missed."
         )
     if every_site:
-        lag = health.archive_lag_total(settings)
+        assert figures.archive_lag and figures.late_events and figures.checks, "started for a viewer of every site"
+        lag = figures.archive_lag.result()
         lag_age = lag.age(now) if lag is not None else dt.timedelta(0)
         shown_lag = f"{lag.messages:,}" if lag is not None else "broker unreachable"
         if lag is not None and lag.messages:
@@ -323,10 +364,10 @@ def data_health(
                 f" `alerts.lag_minutes` = {settings.alerts.lag_minutes}). Is the archiver running? See `tally status`"
                 " and the archiver log; Kafka keeps messages for `kafka.retention_hours` only."
             )
-        late = f"{health.late_events(agg, days):,}"
+        late = f"{figures.late_events.result():,}"
         cells[2].metric("Late events in range, every site", late, help="Fixed by `tally backfill`.")
         st.markdown("**Data-quality checks**, every site (newest per table, partition and check; failures first)")
-        st.dataframe(health.latest_checks(settings).head(50), hide_index=True, width="stretch")
+        st.dataframe(figures.checks.result().head(50), hide_index=True, width="stretch")
         st.markdown("**Latest reconciliation audit** of this site or of every site (Kafka = raw = aggregates)")
     else:
         st.caption(
@@ -334,8 +375,7 @@ def data_health(
             "users granted every site see them."
         )
         st.markdown("**Latest reconciliation audit of this site** (`tally audit --site`: Kafka = raw = aggregates)")
-    audit = health.latest_audit(settings, site_id, every_site=every_site)
-    st.dataframe(audit, hide_index=True, width="stretch")
+    st.dataframe(figures.audit.result(), hide_index=True, width="stretch")
 
 
 def previous_days(view: View, today: dt.date) -> Range:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from streamlit.starlette import App
 
+import dashboard.page  # noqa: F401 - imported at start-up: the first visitor does not wait for pandas, Arrow, DuckDB
 from dashboard.routes import LoginRoutes
 
 app = App(Path(__file__).with_name("app.py"), routes=LoginRoutes().routes())

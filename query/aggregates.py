@@ -79,35 +79,49 @@ class Aggregates:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._tables: dict[str, tuple[DeltaTable, ds.Dataset, float]] = {}
+        self._tables: dict[str, tuple[DeltaTable, ds.Dataset, float, int]] = {}  # table, snapshot, read at, version
         self._memory: dict[str, tuple[int, pa.Table]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _locks only
+        self._locks: dict[str, threading.Lock] = {}  # one per table: tables load side by side
+
+    def _table_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(name, threading.Lock())
 
     def dataset(self, name: str) -> ds.Dataset | None:
         """The table's current snapshot as an Arrow dataset (rebuilt only when a new version shows up)."""
-        with self._lock:
+        found = self.snapshot(name)
+        return found[1] if found is not None else None
+
+    def version(self, name: str) -> int | None:
+        """The version of the table's current snapshot (refreshed as :meth:`dataset`), or None before it exists."""
+        found = self.snapshot(name)
+        return found[0] if found is not None else None
+
+    def snapshot(self, name: str) -> tuple[int, ds.Dataset] | None:
+        """The table's current version and its snapshot as an Arrow dataset, read together; None before it exists."""
+        with self._table_lock(name):
             cached = self._tables.get(name)
             if cached is not None and time.monotonic() - cached[2] <= REFRESH_SECONDS:
-                return cached[1]
+                return cached[3], cached[1]
             try:
                 if cached is None:
                     table = open_table(self.settings, name)
                 else:
                     table = cached[0]
-                    before = table.version()
                     table.update_incremental()
-                    if table.version() == before:  # unchanged: keep the dataset (its file list is costly)
-                        self._tables[name] = (table, cached[1], time.monotonic())
-                        return cached[1]
+                    if table.version() == cached[3]:  # unchanged: keep the dataset (its file list is costly)
+                        self._tables[name] = (table, cached[1], time.monotonic(), cached[3])
+                        return cached[3], cached[1]
             except TableNotFoundError:
                 return None
             dataset = table.to_pyarrow_dataset()
-            self._tables[name] = (table, dataset, time.monotonic())
-            return dataset
+            self._tables[name] = (table, dataset, time.monotonic(), table.version())
+            return table.version(), dataset
 
-    def _in_memory(self, name: str, dataset: ds.Dataset) -> pa.Table:
-        with self._lock:
-            version = self._tables[name][0].version()
+    def _in_memory(self, name: str, version: int, dataset: ds.Dataset) -> pa.Table:
+        """The whole snapshot ``version`` of a small table, read once into memory."""
+        with self._table_lock(f"{name} in memory"):
             held = self._memory.get(name)
             if held is None or held[0] != version:
                 held = (version, dataset.to_table())
@@ -118,9 +132,10 @@ class Aggregates:
         self, name: str, site_id: str, days: Range, columns: list[str], where: pc.Expression | None = None
     ) -> pd.DataFrame:
         """Rows of one table for one site and date range (date partitions pruned)."""
-        dataset = self.dataset(name)
-        if dataset is None:
+        found = self.snapshot(name)
+        if found is None:
             return pd.DataFrame(columns=columns)
+        version, dataset = found
         condition = (
             (pc.field("site_id") == site_id)
             & (pc.field("event_date") >= days.start)
@@ -129,7 +144,7 @@ class Aggregates:
         if where is not None:
             condition = condition & where
         if name in IN_MEMORY:
-            return self._in_memory(name, dataset).filter(condition).select(columns).to_pandas()
+            return self._in_memory(name, version, dataset).filter(condition).select(columns).to_pandas()
         return dataset.to_table(columns=columns, filter=condition).to_pandas()
 
     def traffic(self, site_id: str, days: Range, dimension: str, grain: str = "day") -> pd.DataFrame:

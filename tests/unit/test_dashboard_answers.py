@@ -1,0 +1,165 @@
+"""The dashboard's answers are computed side by side and kept only while the tables they come from are unchanged."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+import query.aggregates
+from dashboard.answers import (
+    AGGREGATE_TABLES,
+    EVERY_TABLE,
+    AnswerCache,
+    AnsweredReport,
+    Asker,
+    answer_key,
+    filters_key,
+    tables_read,
+)
+from query.aggregates import AggregateReport, Aggregates, Range
+from query.raw import RawQuery
+from query.vitals import AggregateVitals
+from query.zoned import ZonedReport
+from tally.settings import load_settings
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=2) as threads:
+        yield threads
+
+
+class CountingReport:
+    """A report that counts how often each question is computed."""
+
+    exact = False
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[object, ...]] = []
+
+    def top(self, dimension: str, limit: int = 10) -> pd.DataFrame:
+        self.asked.append(("top", dimension, limit))
+        return pd.DataFrame({"value": [dimension], "pageviews": [limit]})
+
+
+def answered(report: CountingReport, cache: AnswerCache, pool: ThreadPoolExecutor, version: int) -> AnsweredReport:
+    return AnsweredReport(
+        report, source=("views", "a.test"), versions=(("agg.traffic_1d", version),), cache=cache, pool=pool
+    )
+
+
+def test_the_same_question_over_the_same_table_versions_is_computed_once(pool: ThreadPoolExecutor) -> None:
+    cache, report = AnswerCache(), CountingReport()
+    first = answered(report, cache, pool, version=3).top("page")
+    again = answered(report, cache, pool, version=3).top("page")
+    assert report.asked == [("top", "page", 10)]
+    assert first.equals(again)
+
+
+def test_a_new_table_version_is_a_new_key_so_new_data_is_computed(pool: ThreadPoolExecutor) -> None:
+    cache, report = AnswerCache(), CountingReport()
+    answered(report, cache, pool, version=3).top("page")
+    answered(report, cache, pool, version=4).top("page")
+    assert report.asked == [("top", "page", 10), ("top", "page", 10)]
+
+
+def test_other_arguments_are_other_questions(pool: ThreadPoolExecutor) -> None:
+    cache, report = AnswerCache(), CountingReport()
+    answers = answered(report, cache, pool, version=1)
+    answers.top("page")
+    answers.top("page", 50)
+    answers.top("country", 50)
+    assert len(report.asked) == 3
+
+
+def test_a_kept_data_frame_is_handed_out_as_a_copy_a_panel_may_change(pool: ThreadPoolExecutor) -> None:
+    cache, report = AnswerCache(), CountingReport()
+    answered(report, cache, pool, version=1).top("page")["pageviews"] = 0
+    assert answered(report, cache, pool, version=1).top("page")["pageviews"].tolist() == [10]
+
+
+def test_a_question_asked_twice_while_it_is_computed_is_computed_once(pool: ThreadPoolExecutor) -> None:
+    cache, release, computed = AnswerCache(), threading.Event(), []
+
+    def slow() -> int:
+        computed.append(1)
+        release.wait(5)
+        return 42
+
+    first = cache.answer("k", slow, pool)
+    second = cache.answer("k", slow, pool)
+    release.set()
+    assert first.result() == second.result() == 42 and computed == [1]
+
+
+def test_a_failed_answer_is_not_kept(pool: ThreadPoolExecutor) -> None:
+    cache, calls = AnswerCache(), []
+
+    def failing() -> int:
+        calls.append(1)
+        raise OSError("the table could not be read")
+
+    with pytest.raises(OSError):
+        cache.answer("k", failing, pool).result()
+    assert cache.answer("k", lambda: 7, pool).result() == 7 and calls == [1]
+
+
+def test_the_cache_keeps_the_newest_answers_only(pool: ThreadPoolExecutor) -> None:
+    cache = AnswerCache(max_entries=2)
+    for key in ("a", "b", "c"):
+        cache.answer(key, lambda: 1, pool).result()
+    assert len(cache) == 2
+    assert cache.answer("a", lambda: 2, pool).result() == 2, "the oldest answer was dropped"
+
+
+def test_keys_name_the_question_the_report_and_the_versions() -> None:
+    key = answer_key(
+        ("raw", "a.test", filters_key({"page": "/", "country": "DE"})), (("raw.pageviews", 5),), "top", "os", 10
+    )
+    same = answer_key(
+        ("raw", "a.test", filters_key({"country": "DE", "page": "/"})), (("raw.pageviews", 5),), "top", "os", 10
+    )
+    assert key == same and hash(key) == hash(same), "filters in another order are the same filters"
+    assert key != answer_key(
+        ("raw", "a.test", filters_key({"country": "DE"})), (("raw.pageviews", 5),), "top", "os", 10
+    )
+
+
+def test_each_report_is_keyed_on_the_tables_it_reads(tmp_path: Path) -> None:
+    agg = Aggregates(load_settings())
+    days = Range(dt.date(2026, 1, 1), dt.date(2026, 1, 7))
+    assert tables_read(AggregateReport(agg, "a.test", days)) == AGGREGATE_TABLES
+    assert tables_read(AggregateVitals(agg, "a.test", days)) == ("agg.vitals_1h",)
+    assert tables_read(RawQuery(None, "a.test", days, {}, 1800_000)) == ("raw.pageviews",)  # type: ignore[arg-type]
+    zoned = ZonedReport.__new__(ZonedReport)  # a site's local days: put together from every view
+    assert tables_read(zoned) == EVERY_TABLE
+
+
+def test_the_asker_keys_answers_on_the_snapshot_versions_and_sees_a_new_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: ThreadPoolExecutor
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_WAREHOUSE__PATH", str(tmp_path / "warehouse"))
+    settings = load_settings()
+    uri = settings.table_uri("agg.traffic_1d")
+    write_deltalake(uri, pa.table({"n": [1]}))
+    ask = Asker(Aggregates(settings), AnswerCache(), pool)
+    assert ask.versions(("agg.traffic_1d", "agg.missing")) == (("agg.traffic_1d", 0), ("agg.missing", None))
+    write_deltalake(uri, pa.table({"n": [2]}), mode="append")
+    assert ask.versions(("agg.traffic_1d",)) == (("agg.traffic_1d", 0),), "a snapshot is kept a few seconds"
+    monkeypatch.setattr(query.aggregates, "REFRESH_SECONDS", 0.0)
+    assert ask.versions(("agg.traffic_1d",)) == (("agg.traffic_1d", 1),), "then the new version is read"
+    computed: list[int] = []
+    for _ in range(2):
+        ask.value(("rows",), ("agg.traffic_1d",), lambda: computed.append(1)).result()
+    write_deltalake(uri, pa.table({"n": [3]}), mode="append")
+    ask.value(("rows",), ("agg.traffic_1d",), lambda: computed.append(1)).result()
+    assert computed == [1, 1], "computed once for version 1, again for version 2"
