@@ -71,8 +71,22 @@ METHOD = (
     " (`dashboard.refresh_seconds`) during the runs, as on any page a person keeps open."
 )
 # Figures of the page before issue 29's changes: (median, min, max) over 3 runs, in ms.
-BEFORE_COMMIT = ""
-BEFORE: dict[str, tuple[float, float, float]] = {}
+BEFORE_COMMIT = "d18399a; its runs started 2026-11-26 19:38 UTC"
+BEFORE: dict[str, tuple[float, float, float]] = {
+    "first load, today": (7158, 5742, 8489),
+    "warm, today: p50": (4686, 4194, 5203),
+    "warm, today: p95": (5189, 4561, 5757),
+    "first load, 7 days": (6991, 5350, 7157),
+    "warm, 7 days: p50": (4676, 3412, 4728),
+    "warm, 7 days: p95": (4814, 3783, 5128),
+    "first load, 90 days": (6579, 5058, 7011),
+    "warm, 90 days: p50": (4835, 3904, 4956),
+    "warm, 90 days: p95": (5077, 4157, 5491),
+    "range change (7 ↔ 90 days): p50": (2529, 2079, 2883),
+    "range change (7 ↔ 90 days): p95": (2954, 2278, 3816),
+    "filter change (a country, 90 days): p50": (48351, 38947, 57439),
+    "filter change (a country, 90 days): p95": (91727, 58578, 104636),
+}
 
 
 def before_table() -> str:
