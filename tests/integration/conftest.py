@@ -6,6 +6,7 @@ demo stack, and every process started here is stopped here (by PID).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from ops import broker
 from ops.processes import Supervisor
 from ops.stack import services, stack_env
 from tally.settings import Settings, load_settings
+from tests.integration.march_sites import MARCH_SITES, UTC_DAYS, VITALS_DAYS, march_sites_events
 from tests.integration.views_support import MARCH_FIRST, MARCH_LAST, at_home, march_events, table_versions, write_raw
 
 if TYPE_CHECKING:
@@ -85,15 +87,23 @@ def spark(settings: Settings) -> Iterator[SparkSession]:
 
 @pytest.fixture(scope="session")
 def march(settings: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """A warehouse of its own with ``march_events()`` in raw.pageviews and every view backfilled
-    for ``MARCH_FIRST..MARCH_LAST``: one Spark backfill for every test that reads reports of a
-    few days. Tests read it; one that writes works on ``copy_warehouse(march, home)``, since
-    the tables are shared by the whole session (checked when it ends)."""
+    """A warehouse of its own with ``march_events()`` (the demo site's, ``MARCH_FIRST..MARCH_LAST``)
+    and the events of march_sites.py's sites (vitals, time zones, custom event properties; each
+    site has a test file of its own) in raw.pageviews, every view backfilled for all their dates:
+    one Spark backfill for every test that reads reports of a few days. Its settings know
+    ``MARCH_SITES`` too. Tests read it; one that writes works on ``copy_warehouse(march, home)``,
+    since the tables are shared by the whole session (checked when it ends)."""
     from jobs.backfill import backfill
 
     iso = at_home(settings, tmp_path_factory.mktemp("march"))
+    iso = dataclasses.replace(iso, sites=iso.sites + MARCH_SITES)
     write_raw(iso, march_events())
-    backfill(spark, iso, start=MARCH_FIRST, end=MARCH_LAST, progress=False)
+    write_raw(iso, march_sites_events())
+    first, last = MARCH_FIRST, max(MARCH_LAST, VITALS_DAYS[-1], UTC_DAYS[-1])
+    # All dates in one chunk: one Spark job per view rather than one per week (the data is small).
+    days = (last - first).days + 1
+    one_chunk = dataclasses.replace(iso, spark=dataclasses.replace(iso.spark, backfill_chunk_days=days))
+    backfill(spark, one_chunk, start=first, end=last, progress=False)
     versions = table_versions(iso)
     yield iso
     assert table_versions(iso) == versions, "a test wrote to the shared `march` tables: write to copy_warehouse()"

@@ -1,99 +1,41 @@
 """agg.props_1d from a real Spark backfill against truths computed here from the events.
 
-Custom events with properties go into raw.pageviews beside synthetic traffic: one key with more
-values than the cap, more keys in a day than the key bound, a bot's event and a page view with
-properties (neither counts). The table must hold exact events per day, event name, key and value,
-and visitors within their bound; ``props()`` must apply the bounds of ``tally/props.py``.
+Custom events with properties are in raw.pageviews beside synthetic traffic (a site of their own
+in the session's shared ``march`` warehouse, see march_sites.py): one key with more values than
+the cap, more keys in a day than the key bound, a bot's event and a page view with properties
+(neither counts). The table must hold exact events per day, event name, key and value, and
+visitors within their bound; ``props()`` must apply the bounds of ``tally/props.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
-import uuid
 from collections import Counter
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 import pytest
 
-from jobs.backfill import backfill
 from query.aggregates import Aggregates, Range, property_keys, props
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.settings import Settings
 from tally.tables import PROPS_1D
-from tests.integration.views_support import view, write_raw
-from traffic.synthetic import synthetic_events
+from tests.integration.march_sites import PROPS_DAYS, PROPS_EVENTS, PROPS_SITE, WIDE_KEYS
+from tests.integration.views_support import view
 
-SITE = "props.tally.local"
-DAYS = Range(dt.date(2026, 4, 1), dt.date(2026, 4, 2))
-WIDE_KEYS = MAX_KEYS_PER_DAY + 5  # on day 1, one event each: only some stay beside `order` and `plan`
-
-
-def custom_event(
-    template: dict[str, Any], at: dt.datetime, name: str, properties: dict[str, str], visitor: str
-) -> dict[str, Any]:
-    ms = int(at.timestamp() * 1000)
-    return {
-        **template,
-        "event_id": uuid.uuid4().hex,
-        "type": "event",
-        "name": name,
-        "props": properties,
-        "visitor_id": visitor,
-        "client_hash": visitor,
-        "is_bot": False,
-        "ts_event": ms,
-        "ts_sent": ms,
-        "ts_received": ms,
-        "event_time": ms,
-        "event_date": at.date(),
-    }
-
-
-def the_events() -> pa.Table:
-    start = dt.datetime.combine(DAYS.start, dt.time(8), dt.UTC)
-    traffic = synthetic_events(visits=80, start=start, span=dt.timedelta(hours=30), site_id=SITE, seed=3)
-    template = traffic.slice(0, 1).to_pylist()[0]
-    rows = []
-    for day in (DAYS.start, DAYS.end):
-        noon = dt.datetime.combine(day, dt.time(12), dt.UTC)
-        orders = MAX_VALUES_PER_KEY + 30 if day == DAYS.start else 12
-        for i in range(orders):  # order o000 by the most visitors, then fewer and fewer
-            for j in range(1 + (orders - i) // 20):
-                at = noon + dt.timedelta(seconds=i)
-                rows.append(custom_event(template, at, "purchase", {"order": f"o{i:03d}", "plan": "pro"}, f"v{i}-{j}"))
-        for j in range(60):
-            plan = ("free", "pro", "team")[j % 3]
-            rows.append(custom_event(template, noon + dt.timedelta(minutes=j), "signup", {"plan": plan}, f"s{j}"))
-    noon = dt.datetime.combine(DAYS.start, dt.time(13), dt.UTC)
-    for first in range(0, WIDE_KEYS, 20):  # at most 20 properties per event, as ingest allows
-        wide = {f"w{k:03d}": "x" for k in range(first, min(first + 20, WIDE_KEYS))}
-        rows.append(custom_event(template, noon, "wide", wide, f"w{first}"))
-    bot = custom_event(template, noon, "signup", {"plan": "bot-plan"}, "bot")
-    page = {**custom_event(template, noon, "signup", {"plan": "page-plan"}, "p"), "type": "pageview", "name": None}
-    rows += [{**bot, "is_bot": True}, page]
-    return pa.concat_tables([traffic, pa.Table.from_pylist(rows, schema=traffic.schema)])
+SITE = PROPS_SITE
+DAYS = Range(*PROPS_DAYS)
 
 
 @pytest.fixture(scope="module")
-def warehouse(settings: Settings, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    home = tmp_path_factory.mktemp("props-view")
-    iso = dataclasses.replace(
-        settings, home=str(home), warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse"))
-    )
-    events = the_events()
-    write_raw(iso, events)
-    backfill(spark, iso, start=DAYS.start, end=DAYS.end, progress=False)
-    frame = events.to_pandas()
+def warehouse(march: Settings) -> dict[str, Any]:
+    frame = PROPS_EVENTS.to_pandas()
     counted = frame[(frame["type"] == "event") & ~frame["is_bot"] & (frame["site_id"] == SITE)]
     pairs = [
         {"event_date": r.event_date, "name": r.name, "key": k, "value": v, "visitor_id": r.visitor_id}
         for r in counted.itertuples()
         for k, v in (r.props or [])
     ]
-    return {"settings": iso, "truth": pd.DataFrame(pairs)}
+    return {"settings": march, "truth": pd.DataFrame(pairs)}  # the shared tables, read only
 
 
 def test_the_view_holds_exact_events_per_day_name_key_and_value_of_human_custom_events(
@@ -101,6 +43,7 @@ def test_the_view_holds_exact_events_per_day_name_key_and_value_of_human_custom_
 ) -> None:
     truth: pd.DataFrame = warehouse["truth"]
     table = view(warehouse["settings"], PROPS_1D.table)
+    table = table[table["site_id"] == SITE]  # the shared warehouse holds other sites' events too
     keys = ["event_date", "name", "key", "value"]
     expected = truth.groupby(keys).agg(events=("visitor_id", "size"), exact=("visitor_id", "nunique")).reset_index()
     found = table.merge(expected, on=keys, how="outer", indicator=True)

@@ -1,92 +1,34 @@
 """A site's days in its own time zone, through the Stats API over real backfilled views.
 
-Two sites besides conf/test.yaml's: one in America/New_York (its 2026 DST starts on 8 March: a
-23-hour day) and one in Asia/Kolkata (+05:30: its days begin at 18:30 UTC, on a half hour). Page
-views spread over UTC hours and minutes, many near the local midnights, go into raw.pageviews; one
-real Spark backfill computes the views; the API answers over HTTP in-process. Every answer for local
-days equals a truth computed here from the raw rows with zoneinfo: page views and visits exact,
-visitors within the stated 95% bound, visits sessionised as the views do (30 minutes of inactivity
-ends one, counted on the local day it started).
+Two sites besides conf/test.yaml's (march_sites.py): one in America/New_York (its 2026 DST starts
+on 8 March: a 23-hour day) and one in Asia/Kolkata (+05:30: its days begin at 18:30 UTC, on a half
+hour). Page views spread over UTC hours and minutes, many near the local midnights, are in
+raw.pageviews; one real Spark backfill computed the views (the session's shared ``march``
+warehouse); the API answers over HTTP in-process. Every answer for local days equals a truth
+computed here from the raw rows with zoneinfo: page views and visits exact, visitors within the
+stated 95% bound, visits sessionised as the views do (30 minutes of inactivity ends one, counted
+on the local day it started).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import random
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import pyarrow as pa
 import pytest
 from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.keys import create_key
-from jobs.backfill import backfill
-from tally.settings import Settings, SiteSettings
-from tally.table_schemas import RAW_PAGEVIEWS_SCHEMA
-from tests.integration.views_support import write_raw
+from tally.settings import Settings
+from tests.integration.march_sites import KOLKATA, LOCAL_DAYS, NEW_YORK, ZONES, zone_events
 
-NEW_YORK, KOLKATA = "newyork.tally.test", "kolkata.tally.test"
-ZONES = {NEW_YORK: "America/New_York", KOLKATA: "Asia/Kolkata"}
-LOCAL_DAYS = [dt.date(2026, 3, 7), dt.date(2026, 3, 8), dt.date(2026, 3, 9)]  # 8 March: New York's DST starts
-UTC_DAYS = (dt.date(2026, 3, 6), dt.date(2026, 3, 10))  # the local days' instants, and events outside them
-PAGES = ["/", "/pricing", "/docs"]
 GAP = dt.timedelta(minutes=30)
-
-
-def local_midnights(site: str) -> list[dt.datetime]:
-    zone = ZoneInfo(ZONES[site])
-    days = [*LOCAL_DAYS, LOCAL_DAYS[-1] + dt.timedelta(days=1)]
-    return [dt.datetime.combine(d, dt.time(), zone).astimezone(dt.UTC) for d in days]
-
-
-def visits(site: str, rng: random.Random) -> list[dict[str, Any]]:
-    """Page views of visits: half start within 50 minutes of a local midnight, the rest anywhere from
-    a day before the range to a day after; 1-4 page views each, 1-12 minutes apart."""
-    rows: list[dict[str, Any]] = []
-    earliest = dt.datetime.combine(UTC_DAYS[0], dt.time(12), dt.UTC)
-    span = (dt.datetime.combine(UTC_DAYS[1], dt.time(12), dt.UTC) - earliest).total_seconds()
-    edges = local_midnights(site)
-    for i in range(260):
-        if i % 2:
-            start = rng.choice(edges) + dt.timedelta(seconds=rng.randrange(-3000, 3000))
-        else:
-            start = earliest + dt.timedelta(seconds=rng.randrange(int(span)))
-        visitor = f"{site}-visitor-{rng.randrange(120)}"
-        at = start
-        for j in range(rng.choice([1, 1, 2, 3, 4])):
-            at += dt.timedelta(seconds=rng.randrange(60, 720)) if j else dt.timedelta(0)
-            pageview = {
-                "event_id": f"{site}-{i}-{j}",
-                "type": "pageview",
-                "site_id": site,
-                "hostname": site,
-                "path": rng.choice(PAGES),
-                "url": f"https://{site}/",
-                "visitor_id": visitor,
-                "is_bot": i % 41 == 0,
-                "event_time": int(at.timestamp() * 1000),
-                "event_date": at.date(),
-                "schema_version": 1,
-            }
-            rows.append(pageview)
-            if rng.random() < 0.5:  # its vitals beacon, at the same instant (visits and visitors unchanged)
-                rows.append(
-                    {
-                        **pageview,
-                        "event_id": f"{pageview['event_id']}-v",
-                        "type": "vitals",
-                        "lcp_ms": rng.randrange(500, 6000),
-                    }
-                )
-    return rows
-
-
-EVENTS = [e for site in ZONES for e in visits(site, random.Random(site))]
+EVENTS = zone_events()
 
 
 def local_date(site: str, event_time_ms: int) -> dt.date:
@@ -135,20 +77,13 @@ def summed(site: str, days: list[dt.date]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def api(settings: Settings, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def api(march: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     home = tmp_path_factory.mktemp("site-timezones")
-    sites = tuple(SiteSettings(site_id=s, domains=(s,), timezone=zone) for s, zone in ZONES.items())
-    iso = dataclasses.replace(
-        settings,
-        home=str(home),
-        warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse")),
-        api=dataclasses.replace(settings.api, requests_per_hour=100_000),
-        sites=settings.sites + sites,
-    )
+    # The session's shared backfilled tables (read only; its settings know both sites), with a home
+    # of its own for the key.
+    iso = dataclasses.replace(march, home=str(home), api=dataclasses.replace(march.api, requests_per_hour=100_000))
+    assert {s.site_id: s.timezone for s in iso.sites if s.site_id in ZONES} == ZONES
     assert iso.spark.session_gap == GAP
-    columns = {name: [e.get(name) for e in EVENTS] for name in RAW_PAGEVIEWS_SCHEMA.names}
-    write_raw(iso, pa.table(columns, schema=RAW_PAGEVIEWS_SCHEMA))
-    backfill(spark, iso, start=UTC_DAYS[0], end=UTC_DAYS[1], progress=False)
     key, _ = create_key(iso, name="zones", sites=tuple(ZONES), now=dt.datetime.now(dt.UTC))
     with TestClient(create_app(iso), headers={"Authorization": f"Bearer {key}"}) as client:
         yield client

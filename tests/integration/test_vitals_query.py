@@ -1,77 +1,38 @@
 """Core Web Vitals and scroll depth through the Stats API over real tables.
 
-Vitals and engagement beacons go into raw.pageviews (delta-rs, as the archiver writes them), the
-real Spark backfill computes agg.vitals_1h, and the API app answers over HTTP in-process. Every
-figure is compared with a truth computed here in plain Python from the beacons written: band
-shares and scroll depth equal, each p75 within the rank bound the answer states; filtered
-questions are answered from raw events and equal the exact p75.
+Vitals and engagement beacons of a site of their own are in raw.pageviews (delta-rs, as the
+archiver writes them; the session's shared ``march`` warehouse, see march_sites.py), the real
+Spark backfill computed agg.vitals_1h, and the API app answers over HTTP in-process. Every figure
+is compared with a truth computed here in plain Python from the beacons written: band shares and
+scroll depth equal, each p75 within the rank bound the answer states; filtered questions are
+answered from raw events and equal the exact p75.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import random
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.keys import create_key
-from jobs.backfill import backfill
 from tally.settings import Settings
-from tally.table_schemas import RAW_PAGEVIEWS_SCHEMA
 from tally.vitals import BANDS, VITALS
-from tests.integration.views_support import write_raw
+from tests.integration.march_sites import VITALS_DAYS as DAYS
+from tests.integration.march_sites import VITALS_PAGES as PAGES
+from tests.integration.march_sites import VITALS_SITE as SITE
+from tests.integration.march_sites import vitals_beacons
 
-SITE = "demo.tally.local"  # a site of conf/test.yaml
-DAYS = (dt.date(2026, 4, 6), dt.date(2026, 4, 7))
 WHOLE = [DAYS[0].isoformat(), DAYS[1].isoformat()]
-PAGES = ["/", "/pricing", "/docs"]
-DEVICES = ["desktop", "mobile"]
 
 
-def beacons(seed: int = 28, pageviews: int = 700) -> list[dict[str, Any]]:
-    """Measured page views over two days (some on Google's band edges, some without INP, a few by
-    bots), and engagement beacons with a scroll depth."""
-    rng = random.Random(seed)
-    rows: list[dict[str, Any]] = []
-    for i in range(pageviews):
-        day = DAYS[i % 2]
-        at = dt.datetime.combine(day, dt.time(rng.randrange(24), rng.randrange(60)), dt.UTC)
-        base = {
-            "site_id": SITE,
-            "hostname": SITE,
-            "path": rng.choice(PAGES),
-            "url": f"https://{SITE}/",
-            "device": rng.choice(DEVICES),
-            "country": rng.choice(["DE", "FR"]),
-            "visitor_id": f"visitor-{i % 90}",
-            "is_bot": i % 53 == 0,
-            "event_time": int(at.timestamp() * 1000),
-            "event_date": day,
-            "schema_version": 1,
-        }
-        vitals: dict[str, Any] = {"event_id": f"v-{i}", "type": "vitals"}
-        for v in VITALS:
-            if v.name == "inp" and rng.random() < 0.25:
-                continue
-            value = rng.choice([v.good_max, v.poor_above]) if rng.random() < 0.1 else rng.uniform(0, 1.7 * v.poor_above)
-            vitals[v.column] = round(value, 4) if v.name == "cls" else round(value)
-        if rng.random() < 0.6:
-            vitals["scroll_depth"] = rng.randrange(0, 101)
-        rows.append({**base, **vitals})
-        if rng.random() < 0.4:
-            rows.append({**base, "event_id": f"e-{i}", "type": "engagement", "scroll_depth": rng.randrange(0, 101)})
-    return rows
-
-
-BEACONS = beacons()
+BEACONS = vitals_beacons()
 
 
 def truth(pick: str | None, keep: Any = lambda e: True) -> dict[str, dict[str, Any]]:
@@ -105,17 +66,10 @@ def within_rank_bound(estimate: float, values: list[float], bound: float) -> boo
 
 
 @pytest.fixture(scope="module")
-def api(settings: Settings, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def api(march: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     home = tmp_path_factory.mktemp("vitals-query")
-    iso = dataclasses.replace(
-        settings,
-        home=str(home),
-        warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse")),
-        api=dataclasses.replace(settings.api, requests_per_hour=100_000),
-    )
-    columns = {name: [e.get(name) for e in BEACONS] for name in RAW_PAGEVIEWS_SCHEMA.names}
-    write_raw(iso, pa.table(columns, schema=RAW_PAGEVIEWS_SCHEMA))
-    backfill(spark, iso, start=DAYS[0], end=DAYS[1], progress=False)
+    # The session's shared backfilled tables (read only), with a home of its own for the key.
+    iso = dataclasses.replace(march, home=str(home), api=dataclasses.replace(march.api, requests_per_hour=100_000))
     key, _ = create_key(iso, name="vitals", sites=(SITE,), now=dt.datetime.now(dt.UTC))
     with TestClient(create_app(iso), headers={"Authorization": f"Bearer {key}"}) as client:
         yield client
