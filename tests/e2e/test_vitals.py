@@ -63,6 +63,7 @@ setTimeout(() => {{
 </body></html>"""
 SCRIPT = '<script defer data-site="{site}" {attrs} src="{ingest}/{path}"></script>'
 COUNTED = "data-local data-automation"  # count this headless browser on 127.0.0.1
+AFTER = "after.html"  # the page a test page is left for
 
 
 class SlowImages(http.server.SimpleHTTPRequestHandler):
@@ -100,7 +101,8 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
 
 def page_with(root: Path, stack: RunningStack, attrs: str, *, core: bool = True) -> str:
     """A fresh folder holding the test page (the extension, and the core snippet unless ``core`` is
-    False), its image and a blank page to leave to; returns the folder's name, a marker in every URL."""
+    False), its image and a page to leave to (with the counted core snippet: its page view is what
+    :func:`leave` waits for); returns the folder's name, a marker in every URL."""
     marker = uuid.uuid4().hex
     folder = root / marker
     folder.mkdir()
@@ -109,7 +111,8 @@ def page_with(root: Path, stack: RunningStack, attrs: str, *, core: bool = True)
     scripts = "\n".join(SCRIPT.format(site=site, attrs=attrs, ingest=stack.ingest_url, path=p) for p in paths)
     (folder / "index.html").write_text(PAGE.format(scripts=scripts, w=IMAGE_W, h=IMAGE_H))
     (folder / "hero.png").write_bytes(noise_png(IMAGE_W, IMAGE_H))
-    (folder / "after.html").write_text("<!doctype html><title>after</title><p>another page")
+    counted = SCRIPT.format(site=site, attrs=COUNTED, ingest=stack.ingest_url, path="t.js")
+    (folder / AFTER).write_text(f"<!doctype html><title>after</title>{counted}<p>another page")
     return marker
 
 
@@ -133,10 +136,26 @@ class OpenPage:
         return [b for b in self.sent if b.get("k") == VITALS_TYPE]
 
 
+def is_beacon(request: Any) -> bool:
+    return bool(request.url.endswith("/api/event"))
+
+
+def beacon_url(request: Any) -> str:
+    return str(json.loads(request.post_data)["u"])
+
+
 def open_page(browser: Any, url: str, init_script: str = "") -> OpenPage:
     page = browser.new_page(user_agent=desktop_user_agent(browser))
     opened = OpenPage(page, [], [])
-    page.on("request", lambda r: opened.sent.append(json.loads(r.post_data)) if r.url.endswith("/api/event") else None)
+    # What the test page sends; the page it is left for (AFTER) sends a page view of its own.
+    page.on(
+        "request",
+        lambda r: (
+            opened.sent.append(json.loads(r.post_data))
+            if is_beacon(r) and not beacon_url(r).endswith(f"/{AFTER}")
+            else None
+        ),
+    )
     page.on("console", lambda m: opened.console.append(m.text))
     if init_script:
         page.add_init_script(init_script)
@@ -190,9 +209,13 @@ def wait_for_vitals(opened: OpenPage, count: int) -> None:
 def leave(opened: OpenPage, base: str, marker: str) -> None:
     """Navigate to another page: pagehide, then visibilitychange to hidden. Playwright does not
     report requests sent while a page unloads (ingest receives them), so what is sent then is read
-    from Kafka (:func:`sent_to_ingest`)."""
-    opened.page.goto(f"{base}/{marker}/after.html")
-    opened.page.wait_for_timeout(500)
+    from Kafka (:func:`sent_to_ingest`). The other page's own page view is sent after the unload,
+    by the same browser to the same ingest: once ingest has answered it (202, so it is in Kafka),
+    the page is closed, and :func:`received_once_settled` waits for that page view in Kafka."""
+    after = f"{base}/{marker}/{AFTER}"
+    with opened.page.expect_response(lambda r: is_beacon(r.request) and beacon_url(r.request) == after) as answer:
+        opened.page.goto(after)
+    assert answer.value.status == 202, answer.value.text()
     opened.page.close()
 
 
@@ -207,22 +230,34 @@ class Received:
         return [e for e in self.events if e["type"] == VITALS_TYPE]
 
 
-def sent_to_ingest(stack: RunningStack, marker: str) -> Received:
+def sent_to_ingest(stack: RunningStack, marker: str) -> tuple[Received, list[dict[str, Any]]]:
     """Every event in ``pageviews`` whose URL holds ``marker``, and every dead letter on
-    ``pageviews.rejected`` whose record mentions it: all that the page's beacons became."""
+    ``pageviews.rejected`` whose record mentions it: all that the page's beacons became; and apart,
+    the events of the page it was left for (AFTER)."""
     settings = load_settings()
     servers = f"127.0.0.1:{stack.env['TALLY_KAFKA__PORT']}"
     events = [json.loads(v) for _, v in read_topic(servers, settings.kafka.pageviews_topic)]
     refused = [v.decode() for _, v in read_topic(servers, settings.kafka.rejected_topic)]
-    return Received([e for e in events if marker in e["url"]], [r for r in refused if marker in r])
+    ours = [e for e in events if marker in e["url"]]
+    after = [e for e in ours if e["url"].endswith(f"/{AFTER}")]
+    page = [e for e in ours if not e["url"].endswith(f"/{AFTER}")]
+    return Received(page, [r for r in refused if marker in r]), after
 
 
 def received_once_settled(stack: RunningStack, marker: str, vitals: int) -> Received:
-    """Wait until ``vitals`` vitals events of the page are in Kafka, then a little longer, so that
-    one too many (or a refusal) would be there too."""
-    wait_for(lambda: len(sent_to_ingest(stack, marker).vitals()) >= vitals, 30, f"{vitals} vitals events in Kafka")
-    time.sleep(2)
-    return sent_to_ingest(stack, marker)
+    """Wait until the page view of the page it was left for (see :func:`leave`) and ``vitals``
+    vitals events of the page are in Kafka. Whatever the page sent while it lived and as it
+    unloaded (one too many, or a refusal) was sent before that page view, so it is there too."""
+    read: list[Received] = []
+
+    def settled() -> bool:
+        received, after = sent_to_ingest(stack, marker)
+        read[:] = [received]
+        return any(e["type"] == "pageview" for e in after) and len(received.vitals()) >= vitals
+
+    what = f"{vitals} vitals events and the page view of {AFTER} in Kafka"
+    wait_for(settled, 30, what)
+    return read[0]
 
 
 def assert_matches_the_page(beacon: dict[str, Any], measured: dict[str, Any]) -> None:
@@ -417,8 +452,7 @@ def test_ignored_visits_send_no_vitals_and_say_why(
     finally:
         leave(opened, base, marker)
     assert opened.sent == []
-    time.sleep(2)  # what a page sends as it unloads reaches Kafka within a second (202 after acks=all)
-    assert sent_to_ingest(stack, marker) == Received([], [])
+    assert received_once_settled(stack, marker, 0) == Received([], [])
 
 
 def api_key(stack: RunningStack, site: str) -> str:
