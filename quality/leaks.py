@@ -179,13 +179,17 @@ def scan_files(root: Path, ips: set[str], result: ScanResult, *, needles: Needle
     for path in _files(root):
         result.files += 1
         lz4 = path.stat().st_size > len(LZ4_BLOCK_MAGIC) and _head(path) == LZ4_BLOCK_MAGIC
+        # Both are searched again decoded below (Parquet's every value, LZ4's blocks decompressed); their
+        # encoded bytes can be regular without being text: bit-packed runs of close numbers spell any 4
+        # bytes sooner or later (a soak's raw file held 198.51.100.105 that way, no value equal to it).
+        decoded_below = lz4 or path.suffix == ".parquet"
         with open(path, "rb") as f:
             offset, tail = 0, b""
             while chunk := f.read(CHUNK):
                 data = tail + chunk
                 leaks, chance = find_in_bytes(data, ips, str(path), base=offset - len(tail), needles=needles)
-                if lz4:  # LZ4 leaves hex text as literals beside binary tokens ("fd3" + 0xc6 packs 198.51.100.102):
-                    # a packed form in the compressed bytes is chance; the decompressed search below is the test.
+                if decoded_below:  # LZ4 leaves hex text as literals beside binary tokens ("fd3" + 0xc6 packs
+                    # 198.51.100.102): a packed form in the encoded bytes is chance; the decoded search is the test.
                     chance += [m for m in leaks if m.form.startswith("packed")]
                     leaks = [m for m in leaks if not m.form.startswith("packed")]
                 result.leaks += [m for m in leaks if m.offset + overlap > offset]  # not twice in the overlap

@@ -81,3 +81,20 @@ def test_scan_at_rest_searches_the_files_for_the_needles_it_is_given(tmp_path: P
 def test_a_needle_too_short_to_mean_anything_is_refused() -> None:
     with pytest.raises(AssertionError, match="too short"):
         Needles.of(["a@b.c"])
+
+
+def test_a_packed_ip_spelled_by_a_parquet_files_encoded_numbers_is_chance_but_its_value_is_a_leak(
+    tmp_path: Path,
+) -> None:
+    packed_le = int.from_bytes(bytes(reversed([198, 51, 100, 23])), "little")
+    # Plain-encoded and uncompressed, the 8 bytes of this number hold the 4 packed bytes in a run of
+    # zeros (low entropy), yet no value equals the address: only the decoded search may judge it.
+    spelled = pa.table({"n": pa.array([0] * 100 + [packed_le + (1 << 40)] + [0] * 100, pa.int64())})
+    pq.write_table(spelled, tmp_path / "spelled.parquet", compression="none", use_dictionary=False)
+    result = scan_at_rest(tmp_path, {IP}, None)
+    assert result.leaks == []
+    assert result.chance and {m.form for m in result.chance} == {"packed-le"}  # the page, its statistics
+
+    pq.write_table(pa.table({"n": pa.array([packed_le], pa.int64())}), tmp_path / "held.parquet", compression="none")
+    held = scan_at_rest(tmp_path, {IP}, None)
+    assert [(m.found, m.form) for m in held.leaks] == [(IP, "integer")], "the address as a value is found decoded"
