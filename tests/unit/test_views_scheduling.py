@@ -47,4 +47,4 @@ def test_the_streaming_job_runs_on_its_own_heap_not_the_batch_jobs_one(
     assert conf["spark.driver.memory"] == "900m"
     assert conf["spark.scheduler.mode"] == "FAIR", "the pools are still set"
     monkeypatch.delenv("TALLY_SPARK__VIEWS_DRIVER_MEMORY")
-    assert views_spark_config(load_settings())["spark.driver.memory"] == "1g", "the default: 4 times the live set measured"
+    assert views_spark_config(load_settings())["spark.driver.memory"] == "1g", "4 times the live set"
