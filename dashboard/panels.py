@@ -8,6 +8,7 @@ charts, which Streamlit renders as text; never in Markdown or HTML.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping
 
 import altair as alt
@@ -178,6 +179,19 @@ def time_series(
     st.altair_chart(alt.layer(*layers).properties(height=320), width="stretch")
 
 
+def csv_button(frame: pd.DataFrame, name: str) -> None:
+    """The CSV download of a panel's table (formula-safe). The file is made when the button is clicked,
+    not on every page run (a page has a dozen tables), and the click does not rerun the page."""
+    st.download_button(
+        "CSV",
+        functools.partial(safe_csv, frame),
+        file_name=f"{name}.csv",
+        mime="text/csv",
+        key=f"csv_{name}",
+        on_click="ignore",
+    )
+
+
 def table(title: str, frame: pd.DataFrame, key: str, *, exact: bool, value_label: str) -> None:
     """A ranked table with a CSV download (formula-safe)."""
     st.markdown(f"**{title}**")
@@ -189,7 +203,7 @@ def table(title: str, frame: pd.DataFrame, key: str, *, exact: bool, value_label
         bound = frame["visitors_bound"].max() if "visitors_bound" in frame else 0
         shown = shown.rename(columns={"visitors": f"Visitors (≈ ±{bound:.1%})"})
     st.dataframe(shown, hide_index=True, width="stretch")
-    st.download_button("CSV", safe_csv(shown), file_name=f"{key}.csv", mime="text/csv", key=f"csv_{key}")
+    csv_button(shown, key)
 
 
 def top_tables(report: Report, scroll_depths: Mapping[str, int] | None = None) -> None:
@@ -259,7 +273,7 @@ def events_and_goals(report: Report, totals: Totals, goals: tuple[Step, ...]) ->
         width="stretch",
         column_config={"Conversion rate": st.column_config.NumberColumn(format="percent")},
     )
-    st.download_button("CSV", safe_csv(frame), file_name="goals.csv", mime="text/csv", key="csv_goals")
+    csv_button(frame, "goals")
     if not report.exact:
         st.caption("Conversion rate = ≈ goal visitors / ≈ all visitors (both HLL estimates).")
 
@@ -309,7 +323,7 @@ def funnel(raw_report: Report | None, steps: tuple[Step, ...]) -> None:
         width="stretch",
         column_config={"Of step 1": st.column_config.NumberColumn(format="percent")},
     )
-    st.download_button("CSV", safe_csv(frame), file_name="funnel.csv", mime="text/csv", key="csv_funnel")
+    csv_button(frame, "funnel")
     st.caption("Exact, from raw events of the range (drill-down): each step must come after the previous one.")
 
 

@@ -21,7 +21,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Iterable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +72,107 @@ def open_events(raw: ds.Dataset, site_id: str, days: Range, columns: str) -> duc
     return con
 
 
+Interval = tuple[dt.datetime, dt.datetime] | None
+ScanKey = tuple[object, ...]
+PREPARED_SCANS = 2  # scans kept per process: a page's range and its comparison period
+
+
+def _visits_sql(source: str, gap_ms: int, temp: str = "TEMP ") -> str:
+    """Sessionise ``source`` (events) into ``numbered`` (each event with its visit number, and
+    ``starts`` = 1 on a visit's first event) and ``visits`` (one row per visit with a page view, with
+    the attributes of its first event), with the views' rule (``jobs/sessions.py``)."""
+    attributes = ", ".join(VISIT_ATTRIBUTES)
+    return f"""
+        CREATE {temp}TABLE numbered AS
+        WITH marked AS (
+            SELECT *, CASE WHEN event_time - lag(event_time) OVER w < {int(gap_ms)} THEN 0 ELSE 1 END AS starts
+            FROM {source} WINDOW w AS (PARTITION BY visitor_id ORDER BY event_time, event_id)
+        )
+        SELECT *, sum(starts) OVER (PARTITION BY visitor_id ORDER BY event_time, event_id) AS visit FROM marked;
+        CREATE {temp}TABLE visits AS
+        WITH counted AS (
+            SELECT visitor_id, visit, min(event_time) AS started, max(event_time) - min(event_time) AS duration_ms,
+                   count(*) FILTER (WHERE type = 'pageview') AS pageviews,
+                   arg_min(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS entry_page,
+                   arg_max(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS exit_page
+            FROM numbered GROUP BY visitor_id, visit HAVING count(*) FILTER (WHERE type = 'pageview') > 0
+        )
+        SELECT counted.*, {", ".join(f"firsts.{a}" for a in VISIT_ATTRIBUTES)}
+        FROM counted JOIN (SELECT visitor_id, visit, {attributes} FROM numbered WHERE starts = 1) firsts
+        USING (visitor_id, visit)
+    """
+
+
+class PreparedScan:
+    """One site's events of a range, read once from a table version into a DuckDB database of their
+    own and sessionised there once (``numbered``, ``visits``; ``evr`` is ``numbered``'s events).
+
+    Every question over the same range reads these tables instead of scanning and sessionising
+    the raw events again: a filtered dashboard page asks about twenty, and each filter is a
+    ``WHERE`` over the same events (a visit matches when one of its events does), so a new filter
+    costs only its own queries. Questions run side by side, each on a cursor of its own.
+    """
+
+    def __init__(self, raw: ds.Dataset, site_id: str, days: Range, interval: Interval, gap_ms: int) -> None:
+        self.con = open_events(raw, site_id, days, _COLUMNS)
+        where = ""
+        if interval is not None:
+            start, end = (int(t.timestamp() * 1000) for t in interval)
+            where = f" WHERE event_time >= {start} AND event_time < {end}"
+        self.con.execute(f"CREATE TEMP VIEW scanned AS SELECT * FROM ev{where}")
+        self.con.execute(_visits_sql("scanned", gap_ms, temp=""))  # the one read of the dataset
+        self.con.execute("CREATE VIEW evr AS SELECT * EXCLUDE (starts, visit) FROM numbered")
+        self.con.unregister("raw")  # the events are copied: the dataset's files are not read again
+
+    @contextmanager
+    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection of this question's own to the scan's database (closed after)."""
+        cursor = self.con.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
+
+class PreparedScans:
+    """The :class:`PreparedScan` of each recent (table version, site, range), at most ``size`` of them;
+    one is built once even when several threads ask for it together."""
+
+    def __init__(self, size: int = PREPARED_SCANS) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._scans: OrderedDict[ScanKey, PreparedScan] = OrderedDict()
+        self._building: dict[ScanKey, threading.Lock] = {}
+
+    def get(self, key: ScanKey, build: Any) -> PreparedScan:
+        """The scan kept under ``key``, or ``build()``'s (kept, the least recently used dropped)."""
+        with self._lock:
+            if key in self._scans:
+                self._scans.move_to_end(key)
+                return self._scans[key]
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                if key in self._scans:
+                    return self._scans[key]
+            scan: PreparedScan = build()
+            with self._lock:
+                self._scans[key] = scan
+                self._building.pop(key, None)
+                while len(self._scans) > self.size:
+                    # dropped, not closed: a question still reading it holds it, and its database
+                    # is freed with the last reference
+                    self._scans.popitem(last=False)
+            return scan
+
+    def clear(self) -> None:
+        with self._lock:
+            self._scans.clear()
+
+
+SCANS = PreparedScans()  # this process's scans (the dashboard's drill-downs)
+
+
 @dataclass
 class _Sql:
     """Positional parameters gathered while an SQL text is built."""
@@ -88,6 +192,9 @@ class ExactQuery:
     site_id: str
     gap_ms: int
     goals: tuple[Step, ...] = ()  # none configured: every custom event name is a goal
+    # The table's identity and version (``raw``'s snapshot): given, the events of a range are read
+    # and sessionised once for every question over it (:class:`PreparedScan`); None reads them per question.
+    snapshot: tuple[str, int] | None = None
     exact = True
 
     def answer(self, query: Query) -> list[Row]:
@@ -101,6 +208,8 @@ class ExactQuery:
         """Rows with each metric unrounded, visit metrics as sums (``visits``, ``bounces``,
         ``duration_ms``, ``visit_pageviews``), for :class:`query.raw.RawQuery`'s report."""
         interval = query.utc_interval()  # date-times, or the site's local days
+        if self.snapshot is not None:
+            return self._prepared_measure(query, interval)
         with open_events(self.raw, self.site_id, Range(*query.utc_dates()), _COLUMNS) as con:
             if interval is not None:
                 start, end = (int(t.timestamp() * 1000) for t in interval)
@@ -109,54 +218,48 @@ class ExactQuery:
                 )
             else:
                 con.execute("CREATE TEMP VIEW evr AS SELECT * FROM ev")
-            goals = self._goals(con, query)
-            con.register(
-                "goals",
-                pa.table(
-                    {
-                        "label": pa.array([goal_label(g) for g in goals], pa.string()),
-                        "kind": pa.array([g.kind for g in goals], pa.string()),
-                        "value": pa.array([g.value for g in goals], pa.string()),
-                    }
-                ),
-            )
             if _needs_visits(query):
-                con.execute(self._visits_sql())
-            try:
-                # the goals found in the events (none configured) are the ones the filters name
-                return dataclasses.replace(self, goals=goals)._rows(con, query)
-            except duckdb.InvalidInputException as e:  # a `matches` pattern RE2 cannot compile
-                raise QueryError("filters", f"a filter's regular expression is not valid: {e}") from e
-            except duckdb.OutOfMemoryException as e:
-                raise QueryError(
-                    "body",
-                    f"this question needs more than {MEMORY_LIMIT} of memory: narrow the range or the dimensions",
-                ) from e
+                con.execute(_visits_sql("evr", self.gap_ms))
+            return self._answer(con, query)
+
+    def _prepared_measure(self, query: Query, interval: Interval) -> list[Row]:
+        """:meth:`measure` over the range's :class:`PreparedScan` (read and sessionised once)."""
+        assert self.snapshot is not None
+        days = Range(*query.utc_dates())
+        key = (*self.snapshot, self.site_id, days.start, days.end, interval, self.gap_ms)
+        scan = SCANS.get(key, lambda: PreparedScan(self.raw, self.site_id, days, interval, self.gap_ms))
+        with scan.cursor() as con:
+            return self._answer(con, query)
+
+    def _answer(self, con: duckdb.DuckDBPyConnection, query: Query) -> list[Row]:
+        """The rows of ``query`` over ``evr`` (and ``numbered``/``visits`` when it needs visits)."""
+        goals = self._goals(con, query)
+        con.register(
+            "goals",
+            pa.table(
+                {
+                    "label": pa.array([goal_label(g) for g in goals], pa.string()),
+                    "kind": pa.array([g.kind for g in goals], pa.string()),
+                    "value": pa.array([g.value for g in goals], pa.string()),
+                }
+            ),
+        )
+        try:
+            # the goals found in the events (none configured) are the ones the filters name
+            return dataclasses.replace(self, goals=goals)._rows(con, query)
+        except duckdb.InvalidInputException as e:  # a `matches` pattern RE2 cannot compile
+            raise QueryError("filters", f"a filter's regular expression is not valid: {e}") from e
+        except duckdb.OutOfMemoryException as e:
+            raise QueryError(
+                "body",
+                f"this question needs more than {MEMORY_LIMIT} of memory: narrow the range or the dimensions",
+            ) from e
 
     def _goals(self, con: duckdb.DuckDBPyConnection, query: Query) -> tuple[Step, ...]:
         if self.goals or not _mentions(query, GOAL):
             return self.goals
         names = con.execute("SELECT DISTINCT name FROM evr WHERE type = 'event' AND name IS NOT NULL").fetchall()
         return tuple(Step("event", str(n)) for (n,) in sorted(names))
-
-    def _visits_sql(self) -> str:
-        firsts = ", ".join(f"arg_min_null({a}, (event_time, event_id)) AS {a}" for a in VISIT_ATTRIBUTES)
-        return f"""
-            CREATE TEMP TABLE numbered AS
-            WITH marked AS (
-                SELECT *, CASE WHEN event_time - lag(event_time) OVER w < {int(self.gap_ms)} THEN 0 ELSE 1 END AS starts
-                FROM evr WINDOW w AS (PARTITION BY visitor_id ORDER BY event_time, event_id)
-            )
-            SELECT * EXCLUDE (starts),
-                   sum(starts) OVER (PARTITION BY visitor_id ORDER BY event_time, event_id) AS visit
-            FROM marked;
-            CREATE TEMP TABLE visits AS
-            SELECT visitor_id, visit, min(event_time) AS started, max(event_time) - min(event_time) AS duration_ms,
-                   count(*) FILTER (WHERE type = 'pageview') AS pageviews,
-                   arg_min(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS entry_page,
-                   arg_max(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS exit_page, {firsts}
-            FROM numbered GROUP BY visitor_id, visit HAVING count(*) FILTER (WHERE type = 'pageview') > 0
-        """
 
     def _rows(self, con: duckdb.DuckDBPyConnection, query: Query) -> list[Row]:
         event_metrics = [m for m in query.metrics if m not in VISIT_METRICS]

@@ -53,6 +53,7 @@ class RawQuery:
     filters: Mapping[str, str]
     gap_ms: int
     timezone: str = UTC  # the zone ``days`` are the site's local days in
+    snapshot: tuple[str, int] | None = None  # the table and version ``raw`` reads (query.exact.PreparedScan)
     exact = True
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
@@ -66,7 +67,7 @@ class RawQuery:
         return con
 
     def _exact(self, goals: tuple[Step, ...] = ()) -> ExactQuery:
-        return ExactQuery(self.raw, self.site_id, self.gap_ms, goals)
+        return ExactQuery(self.raw, self.site_id, self.gap_ms, goals, snapshot=self.snapshot)
 
     def _measure(
         self, dimensions: tuple[str, ...], metrics: tuple[str, ...], extra: tuple[Filter, ...] = (), **kw: Any

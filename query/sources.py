@@ -49,7 +49,8 @@ class Sources:
         if table is None:
             return None
         gap = session_gap_ms(self.settings)
-        return RawQuery(table.to_pyarrow_dataset(), site_id, days, filters, gap, self.timezone(site_id))
+        snapshot = (table.table_uri, table.version())
+        return RawQuery(table.to_pyarrow_dataset(), site_id, days, filters, gap, self.timezone(site_id), snapshot)
 
     def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report:
         """The aggregate tables' report of a site over a range of its local dates (:meth:`views_report`)."""

@@ -121,6 +121,10 @@ class SparkSettings:
     # 300 events/s; G1 grows a heap towards its maximum before it collects, so a batch job's
     # 1536m made the job, with its Python processes, 2.8 GiB resident in the soak (docs/BENCHMARKS.md).
     views_driver_memory: str = "1g"
+    # JVM options of the views job only: G1 hands back heap the job no longer uses (a periodic
+    # collection when idle, at most 30% of the heap left free after one), so its resident size follows
+    # its live set instead of creeping towards the maximum (docs/OPERATIONS.md, "Memory").
+    views_java_options: str = "-XX:G1PeriodicGCInterval=30000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
     # 0 = one per core of a local master (local[*], local[N]); on a cluster, set it (2-3 x the
     # executor cores). More partitions than cores only add tasks, state files and small output
     # files to every micro-batch.
@@ -644,7 +648,8 @@ def _build(cls: type[T], values: Mapping[str, Any], prefix: str) -> T:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        loaded = yaml.safe_load(path.read_text()) or {}
+        # libyaml's loader when PyYAML has it (ten times quicker; the same safe subset), else Python's
+        loaded = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     except yaml.YAMLError as e:
         raise SettingsError(f"{path}: not valid YAML ({e}); fix the file") from e
     if not isinstance(loaded, dict):

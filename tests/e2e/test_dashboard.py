@@ -6,10 +6,13 @@ streaming views); the page's figures are compared with raw.pageviews read by del
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -150,3 +153,12 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
     page.get_by_label("Page").first.click()  # the page filter lists the hostile path as plain text
     page.get_by_text("/<img src=x onerror=window.__xss=1>", exact=True).first.wait_for(timeout=30000)
     assert page.evaluate("window.__xss") is None and not dialogs
+
+    # A table's CSV is made when its button is clicked (a deferred download, not on every page run).
+    page.keyboard.press("Escape")
+    with page.expect_download(timeout=60000) as download:
+        page.get_by_role("button", name="CSV").first.click()
+    rows = list(csv.reader(io.StringIO(Path(download.value.path()).read_text())))
+    assert download.value.suggested_filename == "top_pages.csv" and rows[0][0] == "Page", rows[:2]
+    views = [int(r[rows[0].index("pageviews")]) for r in rows[1:]]
+    assert views and sum(views) <= expected[0] and views == sorted(views, reverse=True), rows

@@ -73,7 +73,7 @@ def test_a_session_gap_of_a_day_reaches_the_dashboards_raw_drill_down(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = settings_with(tmp_path, monkeypatch, "session_gap: 1 day")
-    raw_table = SimpleNamespace(to_pyarrow_dataset=lambda: "raw events")
+    raw_table = SimpleNamespace(to_pyarrow_dataset=lambda: "raw events", table_uri="memory://raw", version=lambda: 3)
     monkeypatch.setattr(query.sources, "find_table", lambda settings, table: raw_table)
     days = Range(dt.date(2026, 1, 1), dt.date(2026, 1, 7))
     drill_down = dashboard.page.raw_report(settings, View("demo.tally.local"), days)

@@ -1,0 +1,112 @@
+"""A range's raw events read and sessionised once for every question over it (query.exact.PreparedScan):
+the answers are those of a scan per question, to the row, and the scan is built once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from query import exact
+from query.exact import ExactQuery, PreparedScan, PreparedScans
+from query.goals import Step
+from query.plausible import parse_query
+from query.spec import Query, QueryError
+from tests.unit.test_query_exact import EVENTS, GAP_MS, SITE, START, TODAY, dataset
+
+SNAPSHOT = ("memory://raw.pageviews", 7)
+BODIES: list[dict[str, Any]] = [
+    {"metrics": ["visitors", "pageviews", "events", "visits", "bounce_rate", "visit_duration"]},
+    {"metrics": ["visitors", "visits", "bounce_rate"], "dimensions": ["visit:entry_page"]},
+    {"metrics": ["visits", "views_per_visit"], "dimensions": ["visit:exit_page", "visit:country"]},
+    {"metrics": ["visitors", "pageviews"], "dimensions": ["event:page"], "filters": [["is", "visit:country", ["DE"]]]},
+    {"metrics": ["visits", "bounce_rate"], "filters": [["is", "event:page", ["/pricing"]]]},
+    {
+        "metrics": ["visitors", "pageviews", "visits"],
+        "dimensions": ["time:day"],
+        "filters": [["is", "visit:device", ["mobile"]]],
+    },
+    {
+        "metrics": ["visitors", "events"],
+        "dimensions": ["event:props:plan"],
+        "filters": [["is", "event:name", ["signup"]]],
+    },
+    {"metrics": ["visitors", "conversion_rate"], "dimensions": ["event:goal", "visit:source"]},
+    {"metrics": ["visitors", "visits"], "date_range": ["2026-11-01T06:00:00", "2026-11-09T18:30:00"]},
+]
+
+
+@pytest.fixture(autouse=True)
+def scans(monkeypatch: pytest.MonkeyPatch) -> PreparedScans:
+    """A process's scans of their own for each test (the module keeps one set per process)."""
+    fresh = PreparedScans()
+    monkeypatch.setattr(exact, "SCANS", fresh)
+    return fresh
+
+
+def query(body: dict[str, Any]) -> Query:
+    return parse_query({"site_id": SITE, "date_range": [START.isoformat(), TODAY.isoformat()], **body}, today=TODAY)
+
+
+def rows(answer: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The engine's rows in one order (it returns them unordered)."""
+    return sorted(answer, key=lambda r: [str(d) for d in r["dimensions"]])
+
+
+def engine(snapshot: tuple[str, int] | None, goals: tuple[Step, ...] = ()) -> ExactQuery:
+    return ExactQuery(dataset(EVENTS), SITE, GAP_MS, goals, snapshot=snapshot)
+
+
+@pytest.mark.parametrize("body", BODIES, ids=lambda b: ",".join(b.get("dimensions", ["totals"])))
+def test_a_prepared_scan_answers_every_question_as_a_scan_of_its_own(body: dict[str, Any]) -> None:
+    asked = query(body)
+    assert rows(engine(SNAPSHOT).answer(asked)) == rows(engine(None).answer(asked))
+
+
+def test_questions_asked_side_by_side_share_one_scan_built_once(
+    scans: PreparedScans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[PreparedScan] = []
+    original = PreparedScan.__init__
+
+    def counting(self: PreparedScan, *args: Any, **kw: Any) -> None:
+        built.append(self)
+        original(self, *args, **kw)
+
+    monkeypatch.setattr(PreparedScan, "__init__", counting)
+    questions = [query(b) for b in BODIES[:7]] * 3  # one range, every kind of question
+    alone = [rows(engine(None).answer(q)) for q in questions]
+    together = threading.Barrier(6)  # the six threads' first questions start at once
+    started = threading.local()
+
+    def ask(q: Query) -> Any:
+        if not getattr(started, "yes", False):
+            started.yes = True
+            together.wait(timeout=30)
+        return rows(engine(SNAPSHOT).answer(q))
+
+    with ThreadPoolExecutor(6) as pool:
+        shared = list(pool.map(ask, questions))
+    assert shared == alone
+    assert len(built) == 1, "one range of one table version is read and sessionised once"
+
+
+def test_a_new_table_version_or_range_is_a_new_scan_and_old_ones_are_dropped(scans: PreparedScans) -> None:
+    whole = query(BODIES[0])
+    first_week = query({**BODIES[0], "date_range": [START.isoformat(), (START + dt.timedelta(days=6)).isoformat()]})
+    engine(SNAPSHOT).answer(whole)
+    engine((SNAPSHOT[0], SNAPSHOT[1] + 1)).answer(whole)
+    assert len(scans._scans) == 2
+    engine(SNAPSHOT).answer(first_week)  # a third: the least recently used goes
+    keys = list(scans._scans)
+    assert len(keys) == scans.size == 2
+    assert keys[0][1] == SNAPSHOT[1] + 1 and keys[1][3] == first_week.start
+
+
+def test_a_bad_regular_expression_over_a_prepared_scan_is_still_a_clear_error() -> None:
+    with pytest.raises(QueryError) as e:
+        engine(SNAPSHOT).answer(query({"metrics": ["visitors"], "filters": [["matches", "event:page", ["(["]]]}))
+    assert e.value.part == "filters"
