@@ -42,9 +42,13 @@ PROBE_EVERY_S = 5.0  # a beacon with a page path of its own this often, watched 
 WATCH_EVERY_S = 1.0
 SERIES = PROJECT_ROOT / "bench" / "soak-memory.csv"
 NOTE = (
-    "One run (30 minutes). Rate: half of the peak that bench.ingest's ramp sustained on this same"
-    " running stack just before the soak. Slope: least squares over the second half, after warm-up;"
-    " flat = under 5% of the process's size (or 10 MiB) per hour. Samples: `bench/soak-memory.csv`."
+    "One run (30 minutes). Rate: given with --rate, or half of the peak that bench.ingest's ramp sustained"
+    " on this same running stack just before the soak. Slope: least squares over the second half, after"
+    " warm-up; flat = under 5% of the process's size (or 10 MiB) per hour. The views job is also shown by"
+    " part (its Python driver, the Spark JVM, the Python workers the JVM starts; resident sizes summed, so"
+    " pages the forked workers share are counted in each). Views latency: a page view with its own path"
+    " every 5 s among the soak's, watched for in agg.traffic_1m's new files every second."
+    " Samples: `bench/soak-memory.csv`."
 )
 
 
@@ -190,6 +194,8 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
         for probe in probes:
             probe.join()
         _write_series(rows)  # before the leak scan, so the samples outlive a failed scan
+        for line in latency_by_minute(sent, seen, started):
+            print(line, flush=True)
         # Half an hour of traffic is ~10^5-10^6 records: reading them all back takes minutes, not one.
         scan = scan_at_rest(home, set(CLIENT_IPS), f"127.0.0.1:{env['TALLY_KAFKA__PORT']}", kafka_timeout=1800)
         print(f"leak scan: {scan.summary()}", flush=True)
@@ -198,6 +204,20 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
         tally(env, "down")
     figures = _figures(rows, soak_rate, how, latencies, errors, answered, scan.leaks, len(scan.chance))
     return figures + _view_latency(sent, seen)
+
+
+def latency_by_minute(sent: dict[str, float], seen: dict[str, float], started: float) -> list[str]:
+    """The views' latency per minute of the soak (by when each probe was sent), to see a change in it."""
+    by_minute: dict[int, list[float]] = {}
+    for path, at in sent.items():
+        if path in seen:
+            by_minute.setdefault(int((at - started) // 60) + 1, []).append(seen[path] - at)
+    lines = []
+    for minute, lags in sorted(by_minute.items()):
+        lags.sort()
+        p50, p95 = lags[len(lags) // 2], lags[int(0.95 * (len(lags) - 1))]
+        lines.append(f"  views latency, minute {minute}: p50 {p50:.1f} s, p95 {p95:.1f} s, of {len(lags)} seen")
+    return lines
 
 
 def _view_latency(sent: dict[str, float], seen: dict[str, float]) -> list[Figure]:

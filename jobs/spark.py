@@ -6,6 +6,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tally.jvm import check_java, spark_jars
@@ -65,12 +66,18 @@ def shuffle_partitions(settings: Settings) -> int | None:
     return s.shuffle_partitions if s.shuffle_partitions > 0 else local_cores(s.master)
 
 
+def driver_java_options(local_dir: Path, job_options: str) -> str:
+    """The driver JVM's options: the factory's own (Derby's home in the local dir), then a job's own."""
+    return " ".join(option for option in (f"-Dderby.system.home={local_dir}", job_options.strip()) if option)
+
+
 def spark_session(settings: Settings, app_name: str, *, extra: Mapping[str, str] | None = None) -> SparkSession:
     """Build (or return the running) SparkSession for a Tally job.
 
     Small-machine defaults: the UI off, few shuffle partitions, Delta snapshot state in few
     partitions. ``spark.master`` comes from config, so the same job runs on ``local[*]`` or a
-    cluster without code changes. ``extra`` adds Spark settings of one job's own.
+    cluster without code changes. ``extra`` adds Spark settings of one job's own; its
+    ``spark.driver.extraJavaOptions`` are added to the factory's own, not put in their place.
     """
     from pyspark.sql import SparkSession
 
@@ -100,13 +107,15 @@ def spark_session(settings: Settings, app_name: str, *, extra: Mapping[str, str]
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.local.dir", str(local_dir))
         .config("spark.sql.warehouse.dir", str(settings.home_dir / "spark" / "sql-warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={local_dir}")
     )
+    own = dict(extra or {})
+    java_options = driver_java_options(local_dir, own.pop("spark.driver.extraJavaOptions", ""))
+    builder = builder.config("spark.driver.extraJavaOptions", java_options)
     partitions = shuffle_partitions(settings)
     if partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
         builder = builder.config("spark.databricks.delta.snapshotPartitions", str(partitions))
-    for key, value in {**s3a_config(settings), **(extra or {})}.items():
+    for key, value in {**s3a_config(settings), **own}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

@@ -64,9 +64,14 @@ def scheduler_pools(settings: Settings) -> dict[str, str]:
 
 
 def views_spark_config(settings: Settings) -> dict[str, str]:
-    """The streaming job's own Spark settings: its scheduler pools and its heap (``spark.views_driver_memory``,
-    smaller than the batch jobs' ``spark.driver_memory``: see docs/OPERATIONS.md, "Memory")."""
-    return scheduler_pools(settings) | {"spark.driver.memory": settings.spark.views_driver_memory}
+    """The streaming job's own Spark settings: its scheduler pools, its heap (``spark.views_driver_memory``,
+    smaller than the batch jobs' ``spark.driver_memory``) and its JVM options (``spark.views_java_options``):
+    see docs/OPERATIONS.md, "Memory"."""
+    s = settings.spark
+    return scheduler_pools(settings) | {
+        "spark.driver.memory": s.views_driver_memory,
+        "spark.driver.extraJavaOptions": s.views_java_options,
+    }
 
 
 def in_pool(pool: str, writer: BatchWriter, *, persist: bool = True) -> BatchWriter:

@@ -118,13 +118,16 @@ class SparkSettings:
     master: str = "local[*]"
     driver_memory: str = "1536m"  # heap of the batch jobs' driver: backfill, `tally sql`
     # Heap of the long-running streaming views job. Its live set after a full GC was 237 MiB at
-    # 300 events/s; G1 grows a heap towards its maximum before it collects, so a batch job's
-    # 1536m made the job, with its Python processes, 2.8 GiB resident in the soak (docs/BENCHMARKS.md).
-    views_driver_memory: str = "1g"
-    # JVM options of the views job only: G1 hands back heap the job no longer uses (a periodic
-    # collection when idle, at most 30% of the heap left free after one), so its resident size follows
-    # its live set instead of creeping towards the maximum (docs/OPERATIONS.md, "Memory").
-    views_java_options: str = "-XX:G1PeriodicGCInterval=30000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+    # 300 events/s; G1 commits the whole maximum under steady load (at 500 events/s it sat at
+    # 700-768 MiB of 768m from the 4th minute on), so the maximum is what the heap costs.
+    views_driver_memory: str = "768m"
+    # JVM options of the views job only. The code cache is bounded: the JIT kept adding 3-5 MiB a
+    # minute to it after 8 minutes (140 MiB, of 240 MiB by default). The G1 options are for quiet
+    # hours (a periodic collection when idle, at most 30% of the heap left free after one); under
+    # steady load they change nothing.
+    views_java_options: str = (
+        "-XX:ReservedCodeCacheSize=160m -XX:G1PeriodicGCInterval=30000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+    )
     # 0 = one per core of a local master (local[*], local[N]); on a cluster, set it (2-3 x the
     # executor cores). More partitions than cores only add tasks, state files and small output
     # files to every micro-batch.

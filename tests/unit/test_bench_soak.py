@@ -2,7 +2,7 @@
 
 import math
 
-from bench.soak import _view_latency, slope_mib_per_hour
+from bench.soak import _view_latency, latency_by_minute, slope_mib_per_hour
 
 
 def test_probes_sent_before_the_view_first_showed_one_are_left_out_as_start_up() -> None:
@@ -29,3 +29,13 @@ def test_the_slope_is_least_squares_over_the_second_half_in_mib_per_hour() -> No
     seconds = [float(s) for s in range(0, 600, 10)]
     mib = [100.0 + (0.0 if s < 300 else (s - 300) / 3600 * 50) for s in seconds]  # 50 MiB/h after warm-up
     assert abs(slope_mib_per_hour(seconds, mib) - 50.0) < 1e-6
+
+
+def test_the_views_latency_is_also_shown_per_minute_of_the_soak_by_when_each_probe_was_sent() -> None:
+    started = 100.0
+    sent = {"a": 110.0, "b": 130.0, "c": 150.0, "d": 170.0, "e": 175.0}  # a-c in minute 1; d, e in minute 2
+    seen = {"a": 120.0, "b": 136.0, "c": 158.0, "d": 200.0}  # e never showed
+    assert latency_by_minute(sent, seen, started) == [
+        "  views latency, minute 1: p50 8.0 s, p95 8.0 s, of 3 seen",  # lags 6, 8, 10, taken as the totals
+        "  views latency, minute 2: p50 30.0 s, p95 30.0 s, of 1 seen",
+    ]

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.spark import driver_java_options
 from jobs.streaming import BACKGROUND_POOL, LATENCY_POOL, scheduler_pools, trigger_seconds, views_spark_config
 from tally.settings import load_settings
 
@@ -47,4 +48,22 @@ def test_the_streaming_job_runs_on_its_own_heap_not_the_batch_jobs_one(
     assert conf["spark.driver.memory"] == "900m"
     assert conf["spark.scheduler.mode"] == "FAIR", "the pools are still set"
     monkeypatch.delenv("TALLY_SPARK__VIEWS_DRIVER_MEMORY")
-    assert views_spark_config(load_settings())["spark.driver.memory"] == "1g", "4 times the live set"
+    assert views_spark_config(load_settings())["spark.driver.memory"] == "768m", "3 times the live set"
+
+
+def test_the_streaming_job_gives_its_jvm_options_that_return_unused_heap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    options = views_spark_config(load_settings())["spark.driver.extraJavaOptions"].split()
+    assert "-XX:G1PeriodicGCInterval=30000" in options
+    assert "-XX:MaxHeapFreeRatio=30" in options
+    monkeypatch.setenv("TALLY_SPARK__VIEWS_JAVA_OPTIONS", "-XX:+UseSerialGC")
+    assert views_spark_config(load_settings())["spark.driver.extraJavaOptions"] == "-XX:+UseSerialGC"
+
+
+def test_a_jobs_jvm_options_are_added_to_the_factorys_own_not_put_in_their_place(tmp_path: Path) -> None:
+    assert driver_java_options(tmp_path, "-XX:MaxHeapFreeRatio=30") == (
+        f"-Dderby.system.home={tmp_path} -XX:MaxHeapFreeRatio=30"
+    )
+    assert driver_java_options(tmp_path, " ") == f"-Dderby.system.home={tmp_path}"
