@@ -22,6 +22,7 @@ again between samples, untimed).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import re
@@ -38,7 +39,7 @@ from bench.dashboard import SITE, dataset
 from bench.report import Figure, print_figures
 from ops import broker
 from ops.access_commands import ensure_admin
-from ops.processes import Supervisor
+from ops.processes import Service, Supervisor
 from ops.stack import free_ports, services
 from tally.log import setup_logging
 from tally.settings import PROJECT_ROOT, Settings, load_settings
@@ -67,8 +68,10 @@ METHOD = (
     f"{SAMPLES} new tabs of the same browser (a new Streamlit session each). Range change: {SAMPLES} changes of"
     " the sidebar's range, 7 ↔ 90 days, on a warm page; filter change: "
     f"{SAMPLES} countries picked in the Country filter on the 90-day page, each one not picked before (answered"
-    " from raw events). The ranges end today, so the live figures refresh every 10 s"
-    " (`dashboard.refresh_seconds`) during the runs, as on any page a person keeps open."
+    " from raw events). The floor: the same loads of a bare Streamlit page (`bench/bare_streamlit.py`: a title"
+    " and the last line) served with the dashboard's options, first in the same run. The ranges end today, so"
+    " the live figures refresh every 10 s (`dashboard.refresh_seconds`) during the runs, as on any page a"
+    " person keeps open."
 )
 # Figures of the page before issue 29's changes: (median, min, max) over 3 runs, in ms.
 BEFORE_COMMIT = "d18399a; its runs started 2026-11-26 19:38 UTC"
@@ -209,6 +212,30 @@ def log_in(context: Any, base: str, password: str) -> None:
     assert answer.status == 303, f"login refused: {answer.status} {answer.text()[:200]}"
 
 
+def bare_service(settings: Settings) -> Service:
+    """``bench/bare_streamlit.py`` served exactly as the dashboard is (its ``streamlit run`` options)."""
+    dashboard = services(settings)["dashboard"]
+    command = [
+        str(Path(__file__).with_name("bare_streamlit.py")) if c.endswith("server.py") else c for c in dashboard.command
+    ]
+    assert command != dashboard.command, "the dashboard's command names its page file"
+    return dataclasses.replace(dashboard, name="bare-streamlit", command=command)
+
+
+def floor(chromium: Any, settings: Settings, supervisor: Supervisor, runs: int) -> list[Figure]:
+    """First and warm loads of the bare Streamlit page (:mod:`bench.bare_streamlit`), timed as the dashboard's."""
+    supervisor.start(bare_service(settings))
+    try:
+        context = chromium.new_context(viewport={"width": 1400, "height": 1600})
+        first, warm = loads(context, f"http://127.0.0.1:{settings.dashboard.port}/", runs)
+        context.close()
+    finally:
+        supervisor.stop("bare-streamlit")
+    note = "bench/bare_streamlit.py under the dashboard's own server options: what any Streamlit page costs"
+    first_load = Figure("bare Streamlit page (the floor), first load", first, "ms", note=note)
+    return [first_load, *spread_figures("bare Streamlit page (the floor), warm", warm)]
+
+
 @contextmanager
 def running_dashboard(settings: Settings, supervisor: Supervisor) -> Iterator[str]:
     """A dashboard process just started (every server cache cold); yields its address."""
@@ -255,6 +282,7 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
         with sync_playwright() as p:
             chromium = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
             try:
+                figures += floor(chromium, settings, supervisor, runs)
                 for name, preset in RANGES.items():
                     with running_dashboard(settings, supervisor) as base:
                         context = chromium.new_context(viewport={"width": 1400, "height": 1600})

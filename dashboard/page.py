@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,16 +23,50 @@ from tally.annotations import MAX_TEXT, AnnotationError, add_annotation, annotat
 from tally.lag import describe_lag
 from tally.quarantine import PartitionStatus, quarantined
 from tally.salt_periods import visitors_meaning
-from tally.settings import Settings
-from tally.tables import QUALITY_PARTITIONS
+from tally.settings import Settings, load_settings
+from tally.tables import (
+    ACTIVE_5M,
+    LATE_EVENTS,
+    PROPS_1D,
+    QUALITY_PARTITIONS,
+    TRAFFIC_1D,
+    TRAFFIC_1H,
+    TRAFFIC_1M,
+    VISITS_1D,
+    VISITS_1H,
+    VITALS_1H,
+)
+
+log = logging.getLogger("tally.dashboard")
 
 ANSWER_THREADS = 4  # figures computed side by side: most of a read is Arrow, delta-rs or DuckDB, outside the GIL
+# The tables a page reads, opened when the process starts (warm_up), so that the first visitor does
+# not wait for their file lists (a second or more over a few months of minute rows).
+PAGE_VIEWS = (TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D, VISITS_1H, ACTIVE_5M, PROPS_1D, VITALS_1H, LATE_EVENTS)
+PAGE_TABLES = (*(view.table for view in PAGE_VIEWS), QUALITY_PARTITIONS)
 
 
-@st.cache_resource(show_spinner=False)
+def _warehouse(settings: Settings) -> str:
+    return repr(settings.warehouse)
+
+
+@st.cache_resource(show_spinner=False, hash_funcs={Settings: _warehouse})
 def aggregates(settings: Settings) -> Aggregates:
-    """One reader per dashboard process: table snapshots are shared by every page run."""
+    """One reader per dashboard process and warehouse (only the warehouse's settings are its key):
+    table snapshots are shared by every page run."""
     return Aggregates(settings)
+
+
+def warm_up() -> None:
+    """Open the snapshots of :data:`PAGE_TABLES` in the page's own reader (``dashboard/server.py``
+    runs this in a thread at start-up). A table not written yet is skipped; a failure is logged,
+    and the page then opens the table itself, as it would have without a warm-up."""
+    try:
+        reader = aggregates(load_settings())
+        for name in PAGE_TABLES:
+            reader.snapshot(name)
+    except Exception:
+        log.warning("warming up the dashboard's table snapshots failed; the first page opens them", exc_info=True)
 
 
 @st.cache_resource(show_spinner=False)

@@ -7,11 +7,14 @@ login and logout routes (``dashboard/routes.py``).
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from streamlit.starlette import App
 
-import dashboard.page  # noqa: F401 - imported at start-up: the first visitor does not wait for pandas, Arrow, DuckDB
+import dashboard.page  # imported at start-up: the first visitor does not wait for pandas, Arrow, DuckDB
 from dashboard.routes import LoginRoutes
 
 app = App(Path(__file__).with_name("app.py"), routes=LoginRoutes().routes())
+# ... nor for the tables' file lists: opened beside the server's start (dashboard.page.warm_up)
+threading.Thread(target=dashboard.page.warm_up, name="tally-warm-up", daemon=True).start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+import dashboard.page
 import query.aggregates
 from dashboard.answers import (
     AGGREGATE_TABLES,
@@ -163,3 +165,33 @@ def test_the_asker_keys_answers_on_the_snapshot_versions_and_sees_a_new_version(
     write_deltalake(uri, pa.table({"n": [3]}), mode="append")
     ask.value(("rows",), ("agg.traffic_1d",), lambda: computed.append(1)).result()
     assert computed == [1, 1], "computed once for version 1, again for version 2"
+
+
+def test_the_warm_up_opens_the_page_tables_in_the_reader_every_page_run_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_WAREHOUSE__PATH", str(tmp_path / "warehouse"))
+    settings = load_settings()
+    written = dashboard.page.PAGE_TABLES[0]
+    write_deltalake(settings.table_uri(written), pa.table({"site_id": ["a"]}))
+    dashboard.page.warm_up()  # the other tables are not written yet: skipped, no error
+    # A page run's settings carry the sites of the moment (sites added at runtime): the same reader.
+    page_settings = dataclasses.replace(settings, sites=[])
+    reader = dashboard.page.aggregates(page_settings)
+    assert set(reader._tables) == {written}, "the warm-up opened what exists, in the page's own reader"
+    assert dashboard.page.aggregates(settings) is reader
+
+
+def test_a_failing_warm_up_is_logged_and_the_page_opens_the_tables_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_WAREHOUSE__PATH", str(tmp_path / "other-warehouse"))
+
+    def broken(self: Aggregates, name: str) -> None:
+        raise OSError("the disk is gone")
+
+    monkeypatch.setattr(Aggregates, "snapshot", broken)
+    dashboard.page.warm_up()
+    assert "warming up the dashboard's table snapshots failed" in caplog.text
