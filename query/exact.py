@@ -75,6 +75,7 @@ def open_events(raw: ds.Dataset, site_id: str, days: Range, columns: str) -> duc
 Interval = tuple[dt.datetime, dt.datetime] | None
 ScanKey = tuple[object, ...]
 PREPARED_SCANS = 2  # scans kept per process: a page's range and its comparison period
+SCAN_DATABASE = "scan"  # the in-memory database a PreparedScan's tables are in
 
 
 def _visits_sql(source: str, gap_ms: int, temp: str = "TEMP ") -> str:
@@ -120,7 +121,11 @@ class PreparedScan:
             start, end = (int(t.timestamp() * 1000) for t in interval)
             where = f" WHERE event_time >= {start} AND event_time < {end}"
         self.con.execute(f"CREATE TEMP VIEW scanned AS SELECT * FROM ev{where}")
-        self.con.execute(_visits_sql("scanned", gap_ms, temp=""))  # the one read of the dataset
+        # Kept compressed, as DuckDB keeps a file: 1M events over 30 days took 14 MB instead of 73,
+        # and a question over them about 10 ms longer.
+        self.con.execute(f"ATTACH ':memory:' AS {SCAN_DATABASE} (COMPRESS)")
+        self.con.execute(f"USE {SCAN_DATABASE}")
+        self.con.execute(_visits_sql("temp.scanned", gap_ms, temp=""))  # the one read of the dataset
         self.con.execute("CREATE VIEW evr AS SELECT * EXCLUDE (starts, visit) FROM numbered")
         self.con.unregister("raw")  # the events are copied: the dataset's files are not read again
 
@@ -129,6 +134,7 @@ class PreparedScan:
         """A connection of this question's own to the scan's database (closed after)."""
         cursor = self.con.cursor()
         try:
+            cursor.execute(f"USE {SCAN_DATABASE}")
             yield cursor
         finally:
             cursor.close()
