@@ -118,9 +118,10 @@ class SparkSettings:
     master: str = "local[*]"
     driver_memory: str = "1536m"  # heap of the batch jobs' driver: backfill, `tally sql`
     # Heap of the long-running streaming views job. Its live set after a full GC was 237 MiB at
-    # 300 events/s; G1 commits the whole maximum under steady load (at 500 events/s it sat at
-    # 700-768 MiB of 768m from the 4th minute on), so the maximum is what the heap costs.
-    views_driver_memory: str = "768m"
+    # 300 events/s, early in a run; it grows with the windows' state (a vitals hour is kept until it
+    # closes), and at 500 events/s 768m ran out (OutOfMemoryError after 18 minutes, bench.soak).
+    # G1 keeps the whole maximum committed under steady load, so the maximum is what the heap costs.
+    views_driver_memory: str = "1g"
     # JVM options of the views job only. The code cache is bounded: the JIT kept adding 3-5 MiB a
     # minute to it after 8 minutes (140 MiB, of 240 MiB by default). The G1 options are for quiet
     # hours (a periodic collection when idle, at most 30% of the heap left free after one); under
