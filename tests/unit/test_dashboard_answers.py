@@ -177,7 +177,7 @@ def test_the_warm_up_opens_the_page_tables_in_the_reader_every_page_run_uses(
     write_deltalake(settings.table_uri(written), pa.table({"site_id": ["a"]}))
     dashboard.page.warm_up()  # the other tables are not written yet: skipped, no error
     # A page run's settings carry the sites of the moment (sites added at runtime): the same reader.
-    page_settings = dataclasses.replace(settings, sites=[])
+    page_settings = dataclasses.replace(settings, sites=())
     reader = dashboard.page.aggregates(page_settings)
     assert set(reader._tables) == {written}, "the warm-up opened what exists, in the page's own reader"
     assert dashboard.page.aggregates(settings) is reader
