@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -48,6 +49,7 @@ VISIT_ATTRIBUTES = (*AUDIENCE_DIMENSIONS, "referrer", "utm_source", "utm_medium"
 _COLUMNS = "visitor_id, event_time, event_id, type, path, name, hostname, props, engagement_ms, load_ms, " + ", ".join(
     VISIT_ATTRIBUTES
 )
+_READS_EVENTS = re.compile(r"\b[eg]\.")  # SQL that reads an event's (``e``) or a goal's (``g``) columns
 _TRUNC = {"hour": "hour", "day": "day", "week": "week", "month": "month"}
 Row = dict[str, Any]
 
@@ -328,12 +330,16 @@ class ExactQuery:
 
     def _visit_rows(self, con: duckdb.DuckDBPyConnection, query: Query) -> dict[tuple[str, ...], Row]:
         sql = _Sql()
+        keys = [_dimension_sql(d, "visit", query.timezone) for d in query.dimensions]
+        where = [_filter_sql(f, sql, "visit", self.goals) for f in query.filters] or ["true"]
+        # The visits' events are joined only when a dimension or filter reads them (a page, a goal, a
+        # property): one read only of the visits' own attributes (country, source, …) counts them alone.
         source = "numbered e JOIN visits v USING (visitor_id, visit)"
         if GOAL in query.dimensions:
             source += f" JOIN goals g ON {_goal_match('e', 'g')}"
-        keys = [_dimension_sql(d, "visit", query.timezone) for d in query.dimensions]
-        where = [_filter_sql(f, sql, "visit", self.goals) for f in query.filters] or ["true"]
-        distinct = ", ".join([*(f"{k} AS d{i}" for i, k in enumerate(keys)), "e.visitor_id", "e.visit"])
+        elif not any(_READS_EVENTS.search(text) for text in (*keys, *where)):
+            source = "visits v"
+        distinct = ", ".join([*(f"{k} AS d{i}" for i, k in enumerate(keys)), "v.visitor_id", "v.visit"])
         dims = ", ".join(f"d{i}" for i in range(len(keys)))
         text = f"""
             WITH matching AS (SELECT DISTINCT {distinct} FROM {source} WHERE {" AND ".join(where)})

@@ -305,6 +305,27 @@ def sessionise(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return [v for v in visits if any(e["type"] == "pageview" for e in v)]
 
 
+def test_visits_by_their_own_attributes_under_a_filter_on_one_count_the_visits_alone() -> None:
+    # Every dimension and filter is of the visit's first event: answered from the visits, no event joined.
+    answer = ask(
+        {
+            "metrics": ["visits", "bounce_rate", "visit_duration"],
+            "dimensions": ["visit:source"],
+            "filters": [["is", "visit:device", ["mobile"]]],
+        }
+    )
+    truth: dict[tuple[str, ...], list[Any]] = {}
+    rows: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
+    for visit in sessionise(LIVE):
+        if visit[0]["device"] == "mobile":
+            rows[visit[0]["source"] or "(none)"].append(visit)
+    for source, visits in rows.items():
+        bounces = sum(1 for v in visits if sum(e["type"] == "pageview" for e in v) == 1)
+        seconds = sum(v[-1]["event_time"] - v[0]["event_time"] for v in visits) / 1000 / len(visits)
+        truth[(source,)] = [len(visits), round(100 * bounces / len(visits), 1), round(seconds)]
+    assert table(answer) == truth
+
+
 def test_a_comparison_gives_each_row_the_earlier_figures_and_the_change() -> None:
     halfway = START + dt.timedelta(days=15)
     answer = ask(
