@@ -47,7 +47,7 @@ PAGE_TABLES = (*(view.table for view in PAGE_VIEWS), QUALITY_PARTITIONS)
 
 
 def _warehouse(settings: Settings) -> str:
-    return repr(settings.warehouse)
+    return f"{settings.warehouse_uri} {settings.warehouse!r}"  # where the tables are, and how they are reached
 
 
 @st.cache_resource(show_spinner=False, hash_funcs={Settings: _warehouse})

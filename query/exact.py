@@ -38,6 +38,7 @@ from query.goals import Step
 from query.site_time import UTC, is_utc
 from query.spec import GOAL, PERCENTILE_METRICS, VISIT_METRICS, Filter, Query, QueryError, dimension
 from tally.dimensions import AUDIENCE_DIMENSIONS, NONE_VALUE
+from tally.vitals import SCROLL_DEPTH_COLUMN, VITALS
 
 # "events" counts custom events (the dashboard's word); "all_events" page views and custom events
 # (Plausible's `events`). With an event:goal dimension both count conversions.
@@ -106,6 +107,18 @@ def _visits_sql(source: str, gap_ms: int, temp: str = "TEMP ") -> str:
     """
 
 
+# A prepared scan also answers the page's Core Web Vitals (query.vitals.ExactVitals).
+_SCAN_COLUMNS = ", ".join([_COLUMNS, SCROLL_DEPTH_COLUMN, *(v.column for v in VITALS)])
+
+
+def prepared_scan(
+    raw: ds.Dataset, snapshot: tuple[str, int], site_id: str, days: Range, interval: Interval, gap_ms: int
+) -> PreparedScan:
+    """The :class:`PreparedScan` of a table version's events of a site and range (built once, then kept)."""
+    key = (*snapshot, site_id, days.start, days.end, interval, gap_ms)
+    return SCANS.get(key, lambda: PreparedScan(raw, site_id, days, interval, gap_ms))
+
+
 class PreparedScan:
     """One site's events of a range, read once from a table version into a DuckDB database of their
     own and sessionised there once (``numbered``, ``visits``; ``evr`` is ``numbered``'s events).
@@ -117,7 +130,7 @@ class PreparedScan:
     """
 
     def __init__(self, raw: ds.Dataset, site_id: str, days: Range, interval: Interval, gap_ms: int) -> None:
-        self.con = open_events(raw, site_id, days, _COLUMNS)
+        self.con = open_events(raw, site_id, days, _SCAN_COLUMNS)
         where = ""
         if interval is not None:
             start, end = (int(t.timestamp() * 1000) for t in interval)
@@ -233,9 +246,7 @@ class ExactQuery:
     def _prepared_measure(self, query: Query, interval: Interval) -> list[Row]:
         """:meth:`measure` over the range's :class:`PreparedScan` (read and sessionised once)."""
         assert self.snapshot is not None
-        days = Range(*query.utc_dates())
-        key = (*self.snapshot, self.site_id, days.start, days.end, interval, self.gap_ms)
-        scan = SCANS.get(key, lambda: PreparedScan(self.raw, self.site_id, days, interval, self.gap_ms))
+        scan = prepared_scan(self.raw, self.snapshot, self.site_id, Range(*query.utc_dates()), interval, self.gap_ms)
         with scan.cursor() as con:
             return self._answer(con, query)
 

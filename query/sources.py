@@ -113,7 +113,9 @@ class Sources:
         table = find_table(self.settings, RAW_PAGEVIEWS)
         if table is None:
             return None
-        return ExactVitals(table.to_pyarrow_dataset(), site_id, Range(start, end), filters, between)
+        snapshot = (table.table_uri, table.version())
+        gap = session_gap_ms(self.settings)
+        return ExactVitals(table.to_pyarrow_dataset(), site_id, Range(start, end), filters, between, snapshot, gap)
 
     def vitals(self, site_id: str, start: dt.date, end: dt.date, filters: Mapping[str, str]) -> VitalsReport:
         """The dashboard's vitals: the view without filters; with the page's filters, raw events (exact)."""

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from query.aggregates import Aggregates, Range
-from query.exact import MEMORY_LIMIT, VISIT_ATTRIBUTES, event_condition, open_events
+from query.exact import MEMORY_LIMIT, VISIT_ATTRIBUTES, event_condition, open_events, prepared_scan
 from query.report import VitalsReport
 from query.site_time import LocalDays, is_utc
 from query.spec import (
@@ -196,6 +197,10 @@ class ExactVitals:
     days: Range
     filters: tuple[Filter, ...] = ()
     between: tuple[dt.datetime, dt.datetime] | None = None
+    # The table and version ``raw`` reads, and the session gap: given, the figures are read from the
+    # range's prepared scan, which the page's other drill-downs share (query.exact.PreparedScan).
+    snapshot: tuple[str, int] | None = None
+    gap_ms: int = 0
     exact = True
 
     def vitals(self, dimension: str) -> list[VitalFigures]:
@@ -226,8 +231,7 @@ class ExactVitals:
             f"SELECT {', '.join(selects)} FROM evr e WHERE {scrolled} AND {where} GROUP BY value "
             "HAVING measured > 0 OR scroll_count > 0 ORDER BY value"
         )
-        with open_events(self.raw, self.site_id, self.days, _COLUMNS) as con:
-            con.execute("CREATE TEMP VIEW evr AS SELECT * FROM ev")
+        with self._events() as con:
             try:
                 frame = con.execute(text, params).fetchall()
             except duckdb.InvalidInputException as e:  # a `matches` pattern RE2 cannot compile
@@ -238,6 +242,18 @@ class ExactVitals:
                 ) from e
             names = [d[0] for d in con.description or []]
         return [_exact_figures(dict(zip(names, record, strict=True))) for record in frame]
+
+    @contextmanager
+    def _events(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection with ``evr``: the range's prepared scan when there is a snapshot, else a scan of its own."""
+        if self.snapshot is not None:
+            scan = prepared_scan(self.raw, self.snapshot, self.site_id, self.days, self.between, self.gap_ms)
+            with scan.cursor() as con:
+                yield con
+            return
+        with open_events(self.raw, self.site_id, self.days, _COLUMNS) as con:
+            con.execute("CREATE TEMP VIEW evr AS SELECT * FROM ev")
+            yield con
 
 
 def _exact_figures(record: Mapping[str, Any]) -> VitalFigures:

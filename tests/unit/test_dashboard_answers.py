@@ -181,6 +181,9 @@ def test_the_warm_up_opens_the_page_tables_in_the_reader_every_page_run_uses(
     reader = dashboard.page.aggregates(page_settings)
     assert set(reader._tables) == {written}, "the warm-up opened what exists, in the page's own reader"
     assert dashboard.page.aggregates(settings) is reader
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path / "another-home"))  # its own warehouse: its own reader
+    monkeypatch.delenv("TALLY_WAREHOUSE__PATH")
+    assert dashboard.page.aggregates(load_settings()) is not reader
 
 
 def test_a_failing_warm_up_is_logged_and_the_page_opens_the_tables_itself(

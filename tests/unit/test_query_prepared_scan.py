@@ -11,11 +11,17 @@ from typing import Any
 import pytest
 
 from query import exact
+from query.aggregates import Range
 from query.exact import ExactQuery, PreparedScan, PreparedScans
 from query.goals import Step
 from query.plausible import parse_query
-from query.spec import Query, QueryError
+from query.spec import Filter, Query, QueryError
+from query.vitals import ExactVitals
 from tests.unit.test_query_exact import EVENTS, GAP_MS, SITE, START, TODAY, dataset
+from tests.unit.test_query_vitals import DAY as VITALS_DAY
+from tests.unit.test_query_vitals import EVENTS as VITALS_EVENTS
+from tests.unit.test_query_vitals import SITE as VITALS_SITE
+from tests.unit.test_query_vitals import raw_dataset
 
 SNAPSHOT = ("memory://raw.pageviews", 7)
 BODIES: list[dict[str, Any]] = [
@@ -110,3 +116,22 @@ def test_a_bad_regular_expression_over_a_prepared_scan_is_still_a_clear_error() 
     with pytest.raises(QueryError) as e:
         engine(SNAPSHOT).answer(query({"metrics": ["visitors"], "filters": [["matches", "event:page", ["(["]]]}))
     assert e.value.part == "filters"
+
+
+@pytest.mark.parametrize("dimension", ["all", "page", "device"])
+@pytest.mark.parametrize("filters", [(), (Filter("is", dimension="visit:country", values=("DE",)),)], ids=["all", "DE"])
+def test_core_web_vitals_over_a_prepared_scan_are_those_of_a_scan_of_their_own(
+    dimension: str, filters: tuple[Filter, ...], scans: PreparedScans
+) -> None:
+    raw = raw_dataset(VITALS_EVENTS)
+    days = Range(VITALS_DAY, VITALS_DAY)
+    alone = ExactVitals(raw, VITALS_SITE, days, filters).vitals(dimension)
+    shared = ExactVitals(raw, VITALS_SITE, days, filters, snapshot=SNAPSHOT, gap_ms=GAP_MS).vitals(dimension)
+    assert shared == alone and alone
+    # the page's other drill-downs over the same range read the same scan
+    asked = parse_query(
+        {"site_id": VITALS_SITE, "metrics": ["visits"], "date_range": [str(VITALS_DAY)] * 2},
+        today=VITALS_DAY,
+    )
+    ExactQuery(raw, VITALS_SITE, GAP_MS, snapshot=SNAPSHOT).answer(asked)
+    assert len(scans._scans) == 1
