@@ -24,7 +24,7 @@ import itertools
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +76,16 @@ def open_events(raw: ds.Dataset, site_id: str, days: Range, columns: str) -> duc
 
 
 Interval = tuple[dt.datetime, dt.datetime] | None
+
+
+def within(interval: Interval, alias: str = "") -> str:
+    """SQL condition keeping the events inside a half-open UTC interval (``true`` for None)."""
+    if interval is None:
+        return "true"
+    start, end = (int(t.timestamp() * 1000) for t in interval)
+    return f"{alias}event_time >= {start} AND {alias}event_time < {end}"
+
+
 ScanKey = tuple[object, ...]
 PREPARED_SCANS = 2  # scans kept per process: a page's range and its comparison period
 SCAN_DATABASE = "scan"  # the in-memory database a PreparedScan's tables are in
@@ -131,11 +141,7 @@ class PreparedScan:
 
     def __init__(self, raw: ds.Dataset, site_id: str, days: Range, interval: Interval, gap_ms: int) -> None:
         self.con = open_events(raw, site_id, days, _SCAN_COLUMNS)
-        where = ""
-        if interval is not None:
-            start, end = (int(t.timestamp() * 1000) for t in interval)
-            where = f" WHERE event_time >= {start} AND event_time < {end}"
-        self.con.execute(f"CREATE TEMP VIEW scanned AS SELECT * FROM ev{where}")
+        self.con.execute(f"CREATE TEMP VIEW scanned AS SELECT * FROM ev WHERE {within(interval)}")
         # Kept compressed, as DuckDB keeps a file: 1M events over 30 days took 14 MB instead of 73,
         # and a question over them about 10 ms longer.
         self.con.execute(f"ATTACH ':memory:' AS {SCAN_DATABASE} (COMPRESS)")
@@ -165,7 +171,7 @@ class PreparedScans:
         self._scans: OrderedDict[ScanKey, PreparedScan] = OrderedDict()
         self._building: dict[ScanKey, threading.Lock] = {}
 
-    def get(self, key: ScanKey, build: Any) -> PreparedScan:
+    def get(self, key: ScanKey, build: Callable[[], PreparedScan]) -> PreparedScan:
         """The scan kept under ``key``, or ``build()``'s (kept, the least recently used dropped)."""
         with self._lock:
             if key in self._scans:
@@ -176,19 +182,18 @@ class PreparedScans:
             with self._lock:
                 if key in self._scans:
                     return self._scans[key]
-            scan: PreparedScan = build()
+            try:
+                scan = build()
+            finally:
+                with self._lock:
+                    self._building.pop(key, None)  # a failed build is tried again by the next question
             with self._lock:
                 self._scans[key] = scan
-                self._building.pop(key, None)
                 while len(self._scans) > self.size:
                     # dropped, not closed: a question still reading it holds it, and its database
                     # is freed with the last reference
                     self._scans.popitem(last=False)
             return scan
-
-    def clear(self) -> None:
-        with self._lock:
-            self._scans.clear()
 
 
 SCANS = PreparedScans()  # this process's scans (the dashboard's drill-downs)
@@ -232,13 +237,7 @@ class ExactQuery:
         if self.snapshot is not None:
             return self._prepared_measure(query, interval)
         with open_events(self.raw, self.site_id, Range(*query.utc_dates()), _COLUMNS) as con:
-            if interval is not None:
-                start, end = (int(t.timestamp() * 1000) for t in interval)
-                con.execute(
-                    f"CREATE TEMP VIEW evr AS SELECT * FROM ev WHERE event_time >= {start} AND event_time < {end}"
-                )
-            else:
-                con.execute("CREATE TEMP VIEW evr AS SELECT * FROM ev")
+            con.execute(f"CREATE TEMP VIEW evr AS SELECT * FROM ev WHERE {within(interval)}")
             if _needs_visits(query):
                 con.execute(_visits_sql("evr", self.gap_ms))
             return self._answer(con, query)

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 
 from query.aggregates import Range, Totals
-from query.exact import ExactQuery, goal_label, open_events
+from query.exact import ExactQuery, goal_label, open_events, within
 from query.goals import Step
 from query.site_time import UTC, LocalDays, is_utc
 from query.site_time import buckets as site_buckets
@@ -62,8 +62,7 @@ class RawQuery:
             return open_events(self.raw, self.site_id, self.days, _EVENT_COLUMNS)
         local = LocalDays(self.days.start, self.days.end, self.timezone)
         con = open_events(self.raw, self.site_id, Range(*local.utc_dates), _EVENT_COLUMNS)
-        start, end = (int(t.timestamp() * 1000) for t in local.instants)
-        con.execute(f"CREATE TEMP VIEW ev_local AS SELECT * FROM ev WHERE event_time >= {start} AND event_time < {end}")
+        con.execute(f"CREATE TEMP VIEW ev_local AS SELECT * FROM ev WHERE {within(local.instants)}")
         return con
 
     def _exact(self, goals: tuple[Step, ...] = ()) -> ExactQuery:

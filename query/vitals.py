@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from query.aggregates import Aggregates, Range
-from query.exact import MEMORY_LIMIT, VISIT_ATTRIBUTES, event_condition, open_events, prepared_scan
+from query.exact import MEMORY_LIMIT, VISIT_ATTRIBUTES, event_condition, open_events, prepared_scan, within
 from query.report import VitalsReport
 from query.site_time import LocalDays, is_utc
 from query.spec import (
@@ -208,9 +208,7 @@ class ExactVitals:
         assert dimension == ALL or dimension in VITALS_DIMENSIONS, f"no vitals dimension {dimension!r}"
         key = "''" if dimension == ALL else f"coalesce(e.{VITALS_DIMENSIONS[dimension]}, '{NONE_VALUE}')"
         where, params = event_condition(self.filters)
-        if self.between is not None:
-            start, end = (int(t.timestamp() * 1000) for t in self.between)
-            where += f" AND e.event_time >= {start} AND e.event_time < {end}"
+        where += f" AND {within(self.between, 'e.')}"
         vital = f"e.type = '{VITALS_TYPE}'"
         scrolled = "e.type IN (" + ", ".join(f"'{t}'" for t in _SCROLL_TYPES) + ")"
         selects = [f"{key} AS value", f"count(*) FILTER (WHERE {vital}) AS measured"]
