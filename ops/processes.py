@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
+import logging
 import os
 import shutil
 import signal
@@ -29,6 +31,10 @@ from typing import Any
 
 import psutil
 
+from tally.log import kv
+
+log = logging.getLogger("tally.ops.processes")
+
 
 @dataclass(frozen=True)
 class Service:
@@ -41,12 +47,38 @@ class Service:
     ready: Callable[[], bool] | None = None
     ready_timeout: float = 90.0
     nice: int = 0  # CPU niceness to start it with: batch services yield the cores to ingest
+    idle: bool = False  # start it under SCHED_IDLE (where supported): it runs only on a core nobody else wants
 
     def argv(self) -> list[str]:
-        """The command line to start: under coreutils ``nice`` (which execs it, same PID) when niced."""
+        """The command line to start: under util-linux ``chrt --idle`` and coreutils ``nice`` (each execs
+        the next, so the service keeps the PID) when asked and available. Children inherit both."""
+        prefix: list[str] = []
+        if self.idle and idle_policy_available():
+            prefix += ["chrt", "--idle", "0"]
         if self.nice and shutil.which("nice"):
-            return ["nice", "-n", str(self.nice), *self.command]
-        return list(self.command)
+            prefix += ["nice", "-n", str(self.nice)]
+        return [*prefix, *self.command]
+
+
+@functools.cache
+def idle_policy_available() -> bool:
+    """Whether this host lets an unprivileged process start a command under SCHED_IDLE: Linux, with
+    ``chrt``, and no container policy refusing the call. Elsewhere the niceness alone applies."""
+    if not hasattr(os, "SCHED_IDLE") or shutil.which("chrt") is None:
+        log.warning("SCHED_IDLE is not available here (no chrt or not Linux); batch services run niced only")
+        return False
+    try:
+        probe = subprocess.run(["chrt", "--idle", "0", "true"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.warning("SCHED_IDLE probe failed; batch services run niced only", extra=kv(error=str(e)))
+        return False
+    if probe.returncode != 0:
+        log.warning(
+            "SCHED_IDLE refused on this host; batch services run niced only",
+            extra=kv(error=probe.stderr.decode(errors="replace").strip()[:300]),
+        )
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -80,9 +80,14 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
         [py, "-m", archiver.__name__],
         port=settings.archiver.metrics_port or None,
         nice=settings.archiver.nice,
+        idle=settings.archiver.idle_priority,
     )
     found["views"] = Service(
-        "views", [py, "-m", jobs.__name__], port=settings.spark.metrics_port or None, nice=settings.spark.nice
+        "views",
+        [py, "-m", jobs.__name__],
+        port=settings.spark.metrics_port or None,
+        nice=settings.spark.nice,
+        idle=settings.spark.idle_priority,
     )
     found["dashboard"] = Service(
         "dashboard",

@@ -129,6 +129,8 @@ def service_unit(
         ]
     if service.nice:
         lines.append(f"Nice={service.nice}")  # systemd's own niceness, as `tally up` starts it
+    if service.idle:
+        lines.append("CPUSchedulingPolicy=idle")  # SCHED_IDLE, as `tally up` starts it
     lines += [
         f"ExecStart={exec_line(service.command)}",
         "Restart=always",

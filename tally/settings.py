@@ -117,17 +117,17 @@ class KafkaSettings:
 class SparkSettings:
     master: str = "local[*]"
     driver_memory: str = "1536m"  # heap of the batch jobs' driver: backfill, `tally sql`
-    # Heap of the long-running streaming views job. Its live set after a full GC was 237 MiB at
-    # 300 events/s, early in a run; it grows with the windows' state (a vitals hour is kept until it
-    # closes), and at 500 events/s 768m ran out (OutOfMemoryError after 18 minutes, bench.soak).
-    # G1 keeps the whole maximum committed under steady load, so the maximum is what the heap costs.
+    # Heap of the long-running streaming views job (its window state is in RocksDB, off the heap).
+    # With the state on the heap and G1, 768m ran out at 500 events/s (OutOfMemoryError after 18
+    # minutes, bench.soak); the serial collector commits only what the live set needs (old
+    # generation 0.3 GiB after 8 minutes at 500 events/s), so the maximum is a ceiling, not a cost.
     views_driver_memory: str = "1g"
-    # JVM options of the views job only. The code cache is bounded: the JIT kept adding 3-5 MiB a
-    # minute to it after 8 minutes (140 MiB, of 240 MiB by default). The G1 options are for quiet
-    # hours (a periodic collection when idle, at most 30% of the heap left free after one); under
-    # steady load they change nothing.
+    # JVM options of the views job only. The serial collector: on local[2] no concurrent GC threads
+    # compete with the job, no per-region tables (G1's were 75 MiB), and at most 30% of the heap
+    # left free after a full collection. The code cache is bounded: the JIT kept adding 3-5 MiB a
+    # minute to it after 8 minutes (140 MiB, of 240 MiB by default).
     views_java_options: str = (
-        "-XX:ReservedCodeCacheSize=160m -XX:G1PeriodicGCInterval=30000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+        "-XX:+UseSerialGC -XX:ReservedCodeCacheSize=160m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
     )
     # 0 = one per core of a local master (local[*], local[N]); on a cluster, set it (2-3 x the
     # executor cores). More partitions than cores only add tasks, state files and small output
@@ -137,6 +137,9 @@ class SparkSettings:
     # Sessions are written only once closed (session_gap + watermark after their last event), so
     # their query gains nothing from the 1-minute view's short trigger; it yields the cores instead.
     sessions_trigger_seconds: int = 30
+    # The rate-limit counters: a client over its hourly limit is blocked within about twice this.
+    # Run every 5 s, their MERGE kept a core busy beside the 1-minute view's.
+    ratelimit_trigger_seconds: int = 15
     # Time spans, "10 minutes" or "1 day" in the file, parsed here once; Spark gets them back as
     # tally.spans.spark_interval(...), messages as describe_span(...).
     watermark: dt.timedelta = dt.timedelta(minutes=10)  # how late an event may be and still count
@@ -147,6 +150,10 @@ class SparkSettings:
     # CPU niceness `tally up` starts the views job with (0-19): on a shared machine the batch work
     # yields the cores to ingest, so a page view never waits on an aggregate.
     nice: int = 10
+    # Run the views job under Linux's SCHED_IDLE policy: it gets a core only when nothing of normal
+    # priority wants it, and a waking ingest worker takes the core at once. Where the policy is not
+    # available (not Linux, no `chrt`, or refused), the niceness alone applies.
+    idle_priority: bool = True
 
     def __post_init__(self) -> None:
         check_nice("spark.nice", self.nice)
@@ -288,6 +295,7 @@ class ArchiverSettings:
     # client-sent and unbounded in number); 0 = keep forever.
     rejected_retention_days: int = 30
     nice: int = 10  # CPU niceness `tally up` starts the archiver with (0-19), as spark.nice
+    idle_priority: bool = True  # under SCHED_IDLE where available, as spark.idle_priority
 
     def __post_init__(self) -> None:
         check_nice("archiver.nice", self.nice)

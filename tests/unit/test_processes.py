@@ -1,10 +1,15 @@
+import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
-from ops.processes import Service, Supervisor
+from ops import processes
+from ops.processes import Service, Supervisor, idle_policy_available
 
 # A parent that starts a child and both sleep: stopping must end the whole group.
 PARENT_WITH_CHILD = [
@@ -80,5 +85,52 @@ def test_the_stack_starts_the_views_job_and_the_archiver_niced_and_ingest_not(tm
 
     table = services(Settings(home=str(tmp_path), spark=SparkSettings(nice=12), archiver=ArchiverSettings(nice=5)))
     assert (table["views"].nice, table["archiver"].nice, table["ingest"].nice) == (12, 5, 0)
-    assert table["views"].argv()[:3] == ["nice", "-n", "12"]
+    views = table["views"]
+    assert views.argv()[-len(views.command) - 3 :] == ["nice", "-n", "12", *views.command]
     assert table["ingest"].argv() == table["ingest"].command
+
+
+@pytest.mark.skipif(not idle_policy_available(), reason="SCHED_IDLE is not available on this host")
+def test_an_idle_service_and_its_children_run_under_sched_idle_under_the_same_pid(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path)
+    started = supervisor.start(Service("batch", PARENT_WITH_CHILD, nice=7, idle=True))
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(started.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        leader = psutil.Process(started.pid)
+        assert leader.cmdline()[: len(PARENT_WITH_CHILD)] == PARENT_WITH_CHILD  # chrt and nice exec'd it
+        assert os.sched_getscheduler(leader.pid) == os.SCHED_IDLE
+        assert [os.sched_getscheduler(child.pid) for child in leader.children()] == [os.SCHED_IDLE]
+    finally:
+        supervisor.stop("batch")
+
+
+def test_where_sched_idle_is_refused_an_idle_service_runs_niced_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(processes, "idle_policy_available", lambda: False)
+    assert Service("batch", ["x"], nice=10, idle=True).argv() == ["nice", "-n", "10", "x"]
+
+
+def test_the_sched_idle_probe_says_no_when_chrt_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    refused = subprocess.CompletedProcess(["chrt"], 1, b"", b"chrt: failed to set policy: Operation not permitted")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: refused)
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    processes.idle_policy_available.cache_clear()
+    try:
+        assert processes.idle_policy_available() is False
+    finally:
+        processes.idle_policy_available.cache_clear()
+
+
+def test_the_stack_starts_the_views_job_and_the_archiver_under_sched_idle_unless_told_not_to(tmp_path: Path) -> None:
+    from ops.stack import services
+    from tally.settings import ArchiverSettings, Settings, SparkSettings
+
+    table = services(Settings(home=str(tmp_path)))
+    assert (table["views"].idle, table["archiver"].idle, table["ingest"].idle) == (True, True, False)
+    table = services(
+        Settings(
+            home=str(tmp_path), spark=SparkSettings(idle_priority=False), archiver=ArchiverSettings(idle_priority=False)
+        )
+    )
+    assert (table["views"].idle, table["archiver"].idle) == (False, False)

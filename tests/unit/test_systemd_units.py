@@ -67,6 +67,7 @@ def test_every_service_restarts_always_within_a_start_limit_and_runs_what_tally_
         assert values(text, "Install", "WantedBy") == ["tally.target"]
         # the batch services yield the cores to ingest, as under `tally up`
         assert values(text, "Service", "Nice") == ([] if name == "ingest" else ["10"])
+        assert values(text, "Service", "CPUSchedulingPolicy") == ([] if name == "ingest" else ["idle"])
 
 
 def test_the_consumers_start_after_the_broker_which_formats_and_creates_topics(settings: Settings) -> None:

@@ -34,8 +34,15 @@ def test_the_sessions_query_runs_on_its_own_longer_trigger(tmp_path: Path, monke
     assert trigger_seconds(settings, "sessions") == 45
     # Neither a day's properties nor an hour's vitals need be seconds fresh.
     assert trigger_seconds(settings, "props") == trigger_seconds(settings, "vitals") == 45
-    # The 1-minute view and the rate-limit counters (blocks within 30 s) keep the short one.
-    assert trigger_seconds(settings, "traffic") == trigger_seconds(settings, "ratelimit") == 5
+    # The 1-minute view keeps the short one; the rate-limit counters have their own.
+    assert trigger_seconds(settings, "traffic") == 5
+    assert trigger_seconds(settings, "ratelimit") == 15
+
+
+def test_the_rate_limit_counters_run_on_their_own_trigger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_SPARK__RATELIMIT_TRIGGER_SECONDS", "10")
+    assert trigger_seconds(load_settings(), "ratelimit") == 10
 
 
 def test_the_streaming_job_runs_on_its_own_heap_not_the_batch_jobs_one(
@@ -56,10 +63,10 @@ def test_the_streaming_job_gives_its_jvm_options_that_return_unused_heap(
 ) -> None:
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
     options = views_spark_config(load_settings())["spark.driver.extraJavaOptions"].split()
-    assert "-XX:G1PeriodicGCInterval=30000" in options
+    assert "-XX:+UseSerialGC" in options
     assert "-XX:MaxHeapFreeRatio=30" in options
-    monkeypatch.setenv("TALLY_SPARK__VIEWS_JAVA_OPTIONS", "-XX:+UseSerialGC")
-    assert views_spark_config(load_settings())["spark.driver.extraJavaOptions"] == "-XX:+UseSerialGC"
+    monkeypatch.setenv("TALLY_SPARK__VIEWS_JAVA_OPTIONS", "-XX:+UseG1GC")
+    assert views_spark_config(load_settings())["spark.driver.extraJavaOptions"] == "-XX:+UseG1GC"
 
 
 def test_a_jobs_jvm_options_are_added_to_the_factorys_own_not_put_in_their_place(tmp_path: Path) -> None:
@@ -67,3 +74,13 @@ def test_a_jobs_jvm_options_are_added_to_the_factorys_own_not_put_in_their_place
         f"-Dderby.system.home={tmp_path} -XX:MaxHeapFreeRatio=30"
     )
     assert driver_java_options(tmp_path, " ") == f"-Dderby.system.home={tmp_path}"
+
+
+def test_the_streaming_job_keeps_its_state_in_rocksdb_in_bounded_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    conf = views_spark_config(load_settings())
+    assert conf["spark.sql.streaming.stateStore.providerClass"].endswith(".RocksDBStateStoreProvider")
+    assert conf["spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage"] == "true"
+    assert int(conf["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"]) > 0
