@@ -15,6 +15,7 @@ Pure Python: no Streamlit, so it is unit-tested directly.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Executor, Future
@@ -201,6 +202,8 @@ class Asker:
         """Any other figure (``compute``) read from ``tables``, kept under ``source`` and their versions."""
         return self.cache.answer(answer_key(source, self.versions(tables), "value"), compute, self.pool)
 
-    def now(self, compute: Callable[[], T]) -> Future[T]:
-        """A figure that is not kept (it changes without a new table version: Kafka's lag), started now."""
-        return self.pool.submit(compute)
+    def recent(self, source: tuple[Hashable, ...], seconds: float, compute: Callable[[], T]) -> Future[T]:
+        """A figure that changes without a new table version (Kafka's lag), kept for page runs in the same
+        ``seconds``-long tick of the clock: at most that old, and read once for the runs in between."""
+        tick = int(time.monotonic() // seconds)
+        return self.cache.answer(answer_key(source, (("clock", tick),), "recent"), compute, self.pool)

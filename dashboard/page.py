@@ -28,7 +28,11 @@ from tally.tables import (
     ACTIVE_5M,
     LATE_EVENTS,
     PROPS_1D,
+    QUALITY_AUDITS,
     QUALITY_PARTITIONS,
+    QUALITY_RESULTS,
+    RAW_PAGEVIEWS,
+    SESSIONS,
     TRAFFIC_1D,
     TRAFFIC_1H,
     TRAFFIC_1M,
@@ -40,10 +44,22 @@ from tally.tables import (
 log = logging.getLogger("tally.dashboard")
 
 ANSWER_THREADS = 4  # figures computed side by side: most of a read is Arrow, delta-rs or DuckDB, outside the GIL
-# The tables a page reads, opened when the process starts (warm_up), so that the first visitor does
-# not wait for their file lists (a second or more over a few months of minute rows).
-PAGE_VIEWS = (TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D, VISITS_1H, ACTIVE_5M, PROPS_1D, VITALS_1H, LATE_EVENTS)
-PAGE_TABLES = (*(view.table for view in PAGE_VIEWS), QUALITY_PARTITIONS)
+# The tables a page reads or keys its answers on, opened when the process starts (warm_up), so that
+# the first visitor does not wait for their file lists (a second or more over a few months of minute
+# rows or raw events).
+PAGE_VIEWS = (
+    TRAFFIC_1D,
+    TRAFFIC_1H,
+    TRAFFIC_1M,
+    VISITS_1D,
+    VISITS_1H,
+    SESSIONS,
+    ACTIVE_5M,
+    PROPS_1D,
+    VITALS_1H,
+    LATE_EVENTS,
+)
+PAGE_TABLES = (*(view.table for view in PAGE_VIEWS), RAW_PAGEVIEWS, QUALITY_PARTITIONS, QUALITY_AUDITS, QUALITY_RESULTS)
 
 
 def _warehouse(settings: Settings) -> str:
@@ -58,13 +74,13 @@ def aggregates(settings: Settings) -> Aggregates:
 
 
 def warm_up() -> None:
-    """Open the snapshots of :data:`PAGE_TABLES` in the page's own reader (``dashboard/server.py``
-    runs this in a thread at start-up). A table not written yet is skipped; a failure is logged,
-    and the page then opens the table itself, as it would have without a warm-up."""
+    """Open the snapshots of :data:`PAGE_TABLES` in the page's own reader, and read the small ones kept
+    in memory (``dashboard/server.py`` runs this at start-up). A table not written yet is skipped; a
+    failure is logged, and the page then opens the table itself, as it would have without a warm-up."""
     try:
         reader = aggregates(load_settings())
         for name in PAGE_TABLES:
-            reader.snapshot(name)
+            reader.warm(name)
     except Exception:
         log.warning("warming up the dashboard's table snapshots failed; the first page opens them", exc_info=True)
 

@@ -15,6 +15,12 @@ from streamlit.starlette import App
 import dashboard.page  # imported at start-up: the first visitor does not wait for pandas, Arrow, DuckDB
 from dashboard.routes import LoginRoutes
 
+# Seconds the server waits for the warm-up before it listens: a warehouse whose file lists take
+# longer is still opened, in the background, and the first page waits only for what is left.
+WARM_UP_WAIT_SECONDS = 20.0
+
 app = App(Path(__file__).with_name("app.py"), routes=LoginRoutes().routes())
-# ... nor for the tables' file lists: opened beside the server's start (dashboard.page.warm_up)
-threading.Thread(target=dashboard.page.warm_up, name="tally-warm-up", daemon=True).start()
+# ... nor for the tables' file lists: opened before the server listens (dashboard.page.warm_up)
+warming = threading.Thread(target=dashboard.page.warm_up, name="tally-warm-up", daemon=True)
+warming.start()
+warming.join(WARM_UP_WAIT_SECONDS)

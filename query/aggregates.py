@@ -119,6 +119,13 @@ class Aggregates:
             self._tables[name] = (table, dataset, time.monotonic(), table.version())
             return table.version(), dataset
 
+    def warm(self, name: str) -> None:
+        """Open the table's snapshot ahead of its first read, and read it into memory when it is one
+        of the small tables kept there (:data:`IN_MEMORY`)."""
+        found = self.snapshot(name)
+        if found is not None and name in IN_MEMORY:
+            self._in_memory(name, *found)
+
     def _in_memory(self, name: str, version: int, dataset: ds.Dataset) -> pa.Table:
         """The whole snapshot ``version`` of a small table, read once into memory."""
         with self._table_lock(f"{name} in memory"):

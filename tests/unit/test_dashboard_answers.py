@@ -180,6 +180,8 @@ def test_the_warm_up_opens_the_page_tables_in_the_reader_every_page_run_uses(
     page_settings = dataclasses.replace(settings, sites=())
     reader = dashboard.page.aggregates(page_settings)
     assert set(reader._tables) == {written}, "the warm-up opened what exists, in the page's own reader"
+    assert written in query.aggregates.IN_MEMORY and set(reader._memory) == {written}, "a small table: read whole"
+    assert {"raw.pageviews", "agg.sessions", "quality.results"} <= set(dashboard.page.PAGE_TABLES)
     assert dashboard.page.aggregates(settings) is reader
     monkeypatch.setenv("TALLY_HOME", str(tmp_path / "another-home"))  # its own warehouse: its own reader
     monkeypatch.delenv("TALLY_WAREHOUSE__PATH")
@@ -198,3 +200,24 @@ def test_a_failing_warm_up_is_logged_and_the_page_opens_the_tables_itself(
     monkeypatch.setattr(Aggregates, "snapshot", broken)
     dashboard.page.warm_up()
     assert "warming up the dashboard's table snapshots failed" in caplog.text
+
+
+def test_a_recent_figure_is_read_once_per_tick_and_anew_after_it(
+    pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's archive lag (no table version to key it on) is kept for page runs within its tick."""
+    clock = [100.0]
+    monkeypatch.setattr("dashboard.answers.time.monotonic", lambda: clock[0])
+    ask = Asker(Aggregates(load_settings()), AnswerCache(), pool)
+    reads: list[int] = []
+
+    def lag() -> int:
+        reads.append(1)
+        return len(reads)
+
+    assert ask.recent(("archive_lag",), 5.0, lag).result() == 1
+    clock[0] = 104.9  # the same 5-second tick: the kept figure
+    assert ask.recent(("archive_lag",), 5.0, lag).result() == 1
+    clock[0] = 105.0  # the next tick: read anew
+    assert ask.recent(("archive_lag",), 5.0, lag).result() == 2
+    assert ask.recent(("other",), 5.0, lag).result() == 3  # another figure has its own key
