@@ -108,3 +108,19 @@ def test_hex_text_beside_an_lz4_token_is_chance_but_a_packed_ip_in_the_state_is_
     (tmp_path / "3.snapshot").write_bytes(lz4_java_stream(lz4_literals_only(state), len(state)))
     result = scan(tmp_path, {ip})
     assert [(Path(m.where.split(" ")[0]).name, m.form) for m in result.leaks] == [("3.snapshot", "packed-be")]
+
+
+def test_a_packed_ip_in_a_rocksdb_table_file_is_chance_but_its_text_is_a_leak(tmp_path: Path) -> None:
+    # Seen in a 30-minute soak with the views job's state in RocksDB: an event id's hex digits kept as
+    # LZ4 literals in a table file's block, then a 0xc6 byte: 198.51.100.102 packed little-endian.
+    ip = "198.51.100.102"
+    block = bytes(64) + b"0a9e1c5b-cfd3\xc6" + bytes(64)
+    (tmp_path / "000123-4c1d.sst").write_bytes(block)
+    (tmp_path / "record.bin").write_bytes(block)  # the same bytes in a file of no known format: a leak
+    result = scan(tmp_path, {ip})
+    assert [Path(m.where).name for m in result.chance] == ["000123-4c1d.sst"]
+    assert [(Path(m.where).name, m.form) for m in result.leaks] == [("record.bin", "packed-le")]
+
+    (tmp_path / "000124-9e2a.sst").write_bytes(bytes(64) + f"client={ip};".encode() + bytes(64))
+    result = scan(tmp_path, {ip})
+    assert ("000124-9e2a.sst", "text") in [(Path(m.where).name, m.form) for m in result.leaks]
