@@ -36,13 +36,14 @@ def test_the_sessions_query_runs_on_its_own_longer_trigger(tmp_path: Path, monke
     assert trigger_seconds(settings, "props") == trigger_seconds(settings, "vitals") == 45
     # The 1-minute view keeps the short one; the rate-limit counters have their own.
     assert trigger_seconds(settings, "traffic") == 5
-    assert trigger_seconds(settings, "ratelimit") == 15
+    assert trigger_seconds(settings, "ratelimit") == settings.spark.ratelimit_trigger_seconds
 
 
 def test_the_rate_limit_counters_run_on_their_own_trigger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
     monkeypatch.setenv("TALLY_SPARK__RATELIMIT_TRIGGER_SECONDS", "10")
     assert trigger_seconds(load_settings(), "ratelimit") == 10
+    assert trigger_seconds(load_settings(), "traffic") != 10, "not the 1-minute view's"
 
 
 def test_the_streaming_job_runs_on_its_own_heap_not_the_batch_jobs_one(
