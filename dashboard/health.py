@@ -24,6 +24,9 @@ from tally.storage import archived_offset, read_frame
 from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_RESULTS_SCHEMA
 from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_RESULTS, RAW_PAGEVIEWS, TRAFFIC_1M
 
+# The tables this panel reads (the dashboard opens them at start-up: dashboard.page.PAGE_TABLES).
+HEALTH_TABLES = (LATE_EVENTS.table, QUALITY_AUDITS, QUALITY_RESULTS, RAW_PAGEVIEWS, TRAFFIC_1M.table)
+
 # Kafka's archive lag is read anew at most this often: page runs in between show the same figure
 # (a Kafka probe takes 0.2-0.3 s; the data-health panel is drawn last and would wait for it).
 ARCHIVE_LAG_SECONDS = 5.0

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import health, panels, vitals_panel
-from dashboard.answers import AnswerCache, AnsweredReport, Asker, filters_key
+from dashboard.answers import EVERY_TABLE, AnswerCache, AnsweredReport, Asker, filters_key
 from dashboard.controls import sidebar
 from dashboard.view import View, ViewError, from_query, range_label, to_query
 from query.aggregates import Aggregates, Range, Totals
@@ -26,19 +26,7 @@ from tally.salt_periods import visitors_meaning
 from tally.settings import Settings, load_settings
 from tally.tables import (
     ACTIVE_5M,
-    LATE_EVENTS,
-    PROPS_1D,
-    QUALITY_AUDITS,
     QUALITY_PARTITIONS,
-    QUALITY_RESULTS,
-    RAW_PAGEVIEWS,
-    SESSIONS,
-    TRAFFIC_1D,
-    TRAFFIC_1H,
-    TRAFFIC_1M,
-    VISITS_1D,
-    VISITS_1H,
-    VITALS_1H,
 )
 
 log = logging.getLogger("tally.dashboard")
@@ -46,20 +34,9 @@ log = logging.getLogger("tally.dashboard")
 ANSWER_THREADS = 4  # figures computed side by side: most of a read is Arrow, delta-rs or DuckDB, outside the GIL
 # The tables a page reads or keys its answers on, opened when the process starts (warm_up), so that
 # the first visitor does not wait for their file lists (a second or more over a few months of minute
-# rows or raw events).
-PAGE_VIEWS = (
-    TRAFFIC_1D,
-    TRAFFIC_1H,
-    TRAFFIC_1M,
-    VISITS_1D,
-    VISITS_1H,
-    SESSIONS,
-    ACTIVE_5M,
-    PROPS_1D,
-    VITALS_1H,
-    LATE_EVENTS,
-)
-PAGE_TABLES = (*(view.table for view in PAGE_VIEWS), RAW_PAGEVIEWS, QUALITY_PARTITIONS, QUALITY_AUDITS, QUALITY_RESULTS)
+# rows or raw events): the answers' tables, the realtime figure's, the data-health panel's and the
+# quarantine list's.
+PAGE_TABLES = tuple(dict.fromkeys((*EVERY_TABLE, ACTIVE_5M.table, *health.HEALTH_TABLES, QUALITY_PARTITIONS)))
 
 
 def _warehouse(settings: Settings) -> str:
@@ -76,13 +53,20 @@ def aggregates(settings: Settings) -> Aggregates:
 def warm_up() -> None:
     """Open the snapshots of :data:`PAGE_TABLES` in the page's own reader, and read the small ones kept
     in memory (``dashboard/server.py`` runs this at start-up). A table not written yet is skipped; a
-    failure is logged, and the page then opens the table itself, as it would have without a warm-up."""
+    failure is logged and the warm-up goes on with the next table: the page then opens that one
+    itself, as it would have without a warm-up."""
     try:
         reader = aggregates(load_settings())
-        for name in PAGE_TABLES:
-            reader.warm(name)
     except Exception:
-        log.warning("warming up the dashboard's table snapshots failed; the first page opens them", exc_info=True)
+        log.warning("the dashboard's table reader did not start; the first page opens the tables", exc_info=True)
+        return
+    for name in PAGE_TABLES:
+        try:
+            reader.warm(name)
+        except Exception:
+            log.warning(
+                "warming up a table failed; the first page opens it", extra={"fields": {"table": name}}, exc_info=True
+            )
 
 
 @st.cache_resource(show_spinner=False)

@@ -12,7 +12,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from confluent_kafka import Producer
 from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
+from jobs.backfill import backfill
 from tally.settings import Settings
 from tests.events import page_view
 from tests.integration.conftest import wait_for
@@ -51,8 +53,15 @@ def rows_of(settings: Settings, visitor: str) -> int:
     return int(table.column("visitor_id").to_pylist().count(visitor))
 
 
+def backfill_today(spark: SparkSession, settings: Settings, day: str) -> None:
+    """The views of ``day``, by the test session's own Spark: the `tally backfill` command itself runs in
+    test_scale_s3.py, and a JVM of its own here would only add its start-up."""
+    date = dt.date.fromisoformat(day)
+    backfill(spark, settings, start=date, end=date, progress=False)
+
+
 def test_forgetting_a_visitor_removes_their_rows_from_storage_and_keeps_others(
-    settings: Settings, archiver: None
+    settings: Settings, archiver: None, spark: SparkSession
 ) -> None:
     site = settings.sites[0].site_id
     forgotten, kept = uuid.uuid4().hex, uuid.uuid4().hex
@@ -63,7 +72,7 @@ def test_forgetting_a_visitor_removes_their_rows_from_storage_and_keeps_others(
     table_dir = Path(settings.table_uri("raw.pageviews"))
     assert visitor_rows_in_every_file(table_dir, forgotten) == 30
     # The views hold the visitor too: agg.sessions carries visitor ids.
-    assert tally("backfill", "--from", day, "--to", day).returncode == 0
+    backfill_today(spark, settings, day)
     sessions_dir = Path(settings.table_uri("agg.sessions"))
     assert visitor_rows_in_every_file(sessions_dir, forgotten) >= 1
 
@@ -89,7 +98,7 @@ def site_rows(uri: str, site: str) -> int:
 
 
 def test_forgetting_a_site_deletes_its_events_and_its_views_and_keeps_the_other_sites(
-    settings: Settings, archiver: None
+    settings: Settings, archiver: None, spark: SparkSession
 ) -> None:
     gone, kept = f"gone-{uuid.uuid4().hex[:8]}.example", settings.sites[0].site_id
     day = dt.datetime.now(dt.UTC).date().isoformat()
@@ -97,7 +106,7 @@ def test_forgetting_a_site_deletes_its_events_and_its_views_and_keeps_the_other_
     produce(settings, kept, uuid.uuid4().hex, 5)
     raw = settings.table_uri("raw.pageviews")
     wait_for(lambda: site_rows(raw, gone) == 12 and site_rows(raw, kept) >= 5, 60, "both sites in raw")
-    assert tally("backfill", "--from", day, "--to", day).returncode == 0
+    backfill_today(spark, settings, day)
     views = ("agg.traffic_1m", "agg.traffic_1d", "agg.sessions", "agg.visits_1d")
     assert all(site_rows(settings.table_uri(v), gone) > 0 for v in views)
     kept_before = {v: site_rows(settings.table_uri(v), kept) for v in views}

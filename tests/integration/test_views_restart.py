@@ -1,4 +1,7 @@
-"""kill -9 the streaming views mid-batch, restart them, and compare with a backfill."""
+"""kill -9 the streaming views mid-batch, restart them, and compare with a backfill.
+
+CI kills the job once; the long variant (``make test-long``) kills the restarted job mid-batch again.
+"""
 
 from __future__ import annotations
 
@@ -49,19 +52,27 @@ def _batch_in_flight(iso: Settings, after: int) -> bool:
     return started > after and started > _last_batch(iso, "commits")
 
 
+@pytest.mark.parametrize("kills", [pytest.param(1, id="once"), pytest.param(2, id="twice", marks=pytest.mark.long)])
 def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
-    settings: Settings, supervisor: Supervisor, kafka: str, spark: Any, tmp_path_factory: pytest.TempPathFactory
+    settings: Settings,
+    supervisor: Supervisor,
+    kafka: str,
+    spark: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    kills: int,
 ) -> None:
     iso = isolated_settings(settings, tmp_path_factory.mktemp("views-restart"))
     events = synthetic_events(visits=400, start=START, span=dt.timedelta(hours=3), site_id=SITE, seed=23)
     rows = events.to_pylist()
-    thirds = [rows[: len(rows) // 3], rows[len(rows) // 3 : 2 * len(rows) // 3], rows[2 * len(rows) // 3 :]]
-    produce(iso, thirds[0])
+    # One part before the first start, then one more part before each kill.
+    parts = [rows[i * len(rows) // (kills + 1) : (i + 1) * len(rows) // (kills + 1)] for i in range(kills + 1)]
+    assert sum(len(p) for p in parts) == len(rows)
+    produce(iso, parts[0])
     supervisor.start(_views_service(iso))
     try:
         wait_for(lambda: view_pageviews(iso, TRAFFIC_1D.table, SITE) > 0, 180, "the first views")
         killed = -1
-        for chunk in thirds[1:]:
+        for chunk in parts[1:]:
             produce(iso, chunk)
             # Later than the batch killed last time: the restarted job redoes that one first, so
             # it is "in flight" before the new JVM even runs.

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -173,7 +174,7 @@ def test_the_warm_up_opens_the_page_tables_in_the_reader_every_page_run_uses(
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
     monkeypatch.setenv("TALLY_WAREHOUSE__PATH", str(tmp_path / "warehouse"))
     settings = load_settings()
-    written = dashboard.page.PAGE_TABLES[0]
+    written = next(name for name in dashboard.page.PAGE_TABLES if name in query.aggregates.IN_MEMORY)
     write_deltalake(settings.table_uri(written), pa.table({"site_id": ["a"]}))
     dashboard.page.warm_up()  # the other tables are not written yet: skipped, no error
     # A page run's settings carry the sites of the moment (sites added at runtime): the same reader.
@@ -181,25 +182,35 @@ def test_the_warm_up_opens_the_page_tables_in_the_reader_every_page_run_uses(
     reader = dashboard.page.aggregates(page_settings)
     assert set(reader._tables) == {written}, "the warm-up opened what exists, in the page's own reader"
     assert written in query.aggregates.IN_MEMORY and set(reader._memory) == {written}, "a small table: read whole"
-    assert {"raw.pageviews", "agg.sessions", "quality.results"} <= set(dashboard.page.PAGE_TABLES)
+    assert {"raw.pageviews", "agg.sessions", "agg.active_5m", "quality.results", "quality.partitions"} <= set(
+        dashboard.page.PAGE_TABLES
+    ), "besides the answers' tables: the realtime figure's, the data-health panel's and the quarantine list's"
     assert dashboard.page.aggregates(settings) is reader
     monkeypatch.setenv("TALLY_HOME", str(tmp_path / "another-home"))  # its own warehouse: its own reader
     monkeypatch.delenv("TALLY_WAREHOUSE__PATH")
     assert dashboard.page.aggregates(load_settings()) is not reader
 
 
-def test_a_failing_warm_up_is_logged_and_the_page_opens_the_tables_itself(
+def test_a_table_failing_its_warm_up_is_logged_and_the_others_are_still_opened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
     monkeypatch.setenv("TALLY_WAREHOUSE__PATH", str(tmp_path / "other-warehouse"))
+    failing = dashboard.page.PAGE_TABLES[0]
+    real_snapshot = Aggregates.snapshot
+    tried: list[str] = []
 
-    def broken(self: Aggregates, name: str) -> None:
-        raise OSError("the disk is gone")
+    def broken_first(self: Aggregates, name: str) -> Any:
+        tried.append(name)
+        if name == failing:
+            raise OSError("the disk is gone")
+        return real_snapshot(self, name)
 
-    monkeypatch.setattr(Aggregates, "snapshot", broken)
+    monkeypatch.setattr(Aggregates, "snapshot", broken_first)
     dashboard.page.warm_up()
-    assert "warming up the dashboard's table snapshots failed" in caplog.text
+    assert "warming up a table failed" in caplog.text
+    assert failing in [getattr(r, "fields", {}).get("table") for r in caplog.records]
+    assert tried == list(dashboard.page.PAGE_TABLES), "the tables after the failing one were still opened"
 
 
 def test_a_recent_figure_is_read_once_per_tick_and_anew_after_it(
