@@ -1,8 +1,9 @@
 """Which report answers a question: the aggregate tables, or raw events when filters are set.
 
-One :class:`Sources` per process keeps the aggregate tables' snapshots warm between queries
-(:class:`query.aggregates.Aggregates`); raw events are opened per question, as the dashboard's
-drill-down does.
+One :class:`Sources` per process keeps the tables' snapshots warm between queries
+(:class:`query.aggregates.Aggregates`): the aggregate tables', and raw.pageviews' for the
+dashboard's drill-downs, whose answers are keyed on that same version. The API's raw questions
+open the table's newest version per question.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Mapping
+
+import pyarrow.dataset as ds
 
 from query.aggregates import AggregateReport, Aggregates, Range
 from query.exact import ExactQuery
@@ -45,12 +48,33 @@ class Sources:
 
     def raw(self, site_id: str, days: Range, filters: Mapping[str, str]) -> RawQuery | None:
         """A drill-down over raw events of the site's local days, or None before the archiver has written anything."""
+        found = self.raw_snapshot(shared=True)
+        if found is None:
+            return None
+        dataset, snapshot = found
+        gap = session_gap_ms(self.settings)
+        return RawQuery(dataset, site_id, days, filters, gap, self.timezone(site_id), snapshot)
+
+    def raw_snapshot(self, *, shared: bool) -> tuple[ds.Dataset, tuple[str, int]] | None:
+        """raw.pageviews as an Arrow dataset, and its (table, version): the key of its prepared scans
+        (:class:`query.exact.PreparedScan`); None before the archiver has written anything.
+
+        ``shared``: the snapshot the aggregate reads keep (:class:`Aggregates`, reloaded when a new
+        version shows up, at most every few seconds): the dashboard keys its answers on that version,
+        and a filtered page then neither reads the table's log nor lists its files again. Otherwise
+        the table's newest version, read now (the API's raw questions).
+        """
+        uri = self.settings.table_uri(RAW_PAGEVIEWS)
+        if shared:
+            kept = self.aggregates.snapshot(RAW_PAGEVIEWS)
+            if kept is None:
+                return None
+            version, dataset = kept
+            return dataset, (uri, version)
         table = find_table(self.settings, RAW_PAGEVIEWS)
         if table is None:
             return None
-        gap = session_gap_ms(self.settings)
-        snapshot = (table.table_uri, table.version())
-        return RawQuery(table.to_pyarrow_dataset(), site_id, days, filters, gap, self.timezone(site_id), snapshot)
+        return table.to_pyarrow_dataset(), (uri, table.version())
 
     def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report:
         """The aggregate tables' report of a site over a range of its local dates (:meth:`views_report`)."""
@@ -108,14 +132,16 @@ class Sources:
         *,
         filters: tuple[Filter, ...] = (),
         between: tuple[dt.datetime, dt.datetime] | None = None,
+        shared: bool = False,
     ) -> VitalsReport | None:
-        """Core Web Vitals and scroll depth from raw events, exact; None before the archiver has written anything."""
-        table = find_table(self.settings, RAW_PAGEVIEWS)
-        if table is None:
+        """Core Web Vitals and scroll depth from raw events, exact; None before the archiver has written anything.
+        ``shared``: over the snapshot the aggregate reads keep (:meth:`raw_snapshot`), as the dashboard reads."""
+        found = self.raw_snapshot(shared=shared)
+        if found is None:
             return None
-        snapshot = (table.table_uri, table.version())
+        dataset, snapshot = found
         gap = session_gap_ms(self.settings)
-        return ExactVitals(table.to_pyarrow_dataset(), site_id, Range(start, end), filters, between, snapshot, gap)
+        return ExactVitals(dataset, site_id, Range(start, end), filters, between, snapshot, gap)
 
     def vitals(self, site_id: str, start: dt.date, end: dt.date, filters: Mapping[str, str]) -> VitalsReport:
         """The dashboard's vitals: the view without filters; with the page's filters, raw events (exact)."""
@@ -126,6 +152,6 @@ class Sources:
         days = LocalDays(start, end, timezone)
         between = None if is_utc(timezone) else days.instants
         found = self.exact_vitals(
-            site_id, *(days.utc_dates if between else (start, end)), filters=exact, between=between
+            site_id, *(days.utc_dates if between else (start, end)), filters=exact, between=between, shared=True
         )
         return found if found is not None else self.aggregate_vitals("", start, end)  # no raw rows: nothing matches

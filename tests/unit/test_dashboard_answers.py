@@ -29,9 +29,11 @@ from dashboard.answers import (
 )
 from query.aggregates import AggregateReport, Aggregates, Range
 from query.raw import RawQuery
-from query.vitals import AggregateVitals
+from query.sources import Sources
+from query.vitals import AggregateVitals, ExactVitals
 from query.zoned import ZonedReport
 from tally.settings import load_settings
+from tally.tables import RAW_PAGEVIEWS
 
 
 @pytest.fixture
@@ -232,3 +234,27 @@ def test_a_recent_figure_is_read_once_per_tick_and_anew_after_it(
     clock[0] = 105.0  # the next tick: read anew
     assert ask.recent(("archive_lag",), 5.0, lag).result() == 2
     assert ask.recent(("other",), 5.0, lag).result() == 3  # another figure has its own key
+
+
+def test_a_drill_down_reads_the_raw_snapshot_its_answers_are_keyed_on_without_reopening_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_WAREHOUSE__PATH", str(tmp_path / "warehouse"))
+    settings = load_settings()
+    uri = settings.table_uri(RAW_PAGEVIEWS)
+    write_deltalake(uri, pa.table({"site_id": ["a"]}))
+    sources = Sources(settings)
+    version = sources.aggregates.version(RAW_PAGEVIEWS)  # what the page's answers are keyed on
+    write_deltalake(uri, pa.table({"site_id": ["a"]}), mode="append")  # newer, not yet seen by the reader
+
+    def reopened(*args: object) -> None:
+        raise AssertionError("the drill-down read the table's log and listed its files again")
+
+    monkeypatch.setattr("query.sources.find_table", reopened)
+    day = dt.date(2026, 1, 5)
+    drill_down = sources.raw("a", Range(day, day), {"country": "DE"})
+    vitals = sources.vitals("a", day, day, {"country": "DE"})
+    assert isinstance(drill_down, RawQuery) and isinstance(vitals, ExactVitals)
+    assert drill_down.snapshot == vitals.snapshot == (uri, version), "the version the answers are keyed on"
+    assert drill_down.raw is vitals.raw is sources.aggregates.dataset(RAW_PAGEVIEWS)

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import dashboard.page
-import query.sources
 from dashboard.view import View
 from query.aggregates import Range
 from tally.settings import Settings, load_settings
@@ -73,8 +71,8 @@ def test_a_session_gap_of_a_day_reaches_the_dashboards_raw_drill_down(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = settings_with(tmp_path, monkeypatch, "session_gap: 1 day")
-    raw_table = SimpleNamespace(to_pyarrow_dataset=lambda: "raw events", table_uri="memory://raw", version=lambda: 3)
-    monkeypatch.setattr(query.sources, "find_table", lambda settings, table: raw_table)
+    # The drill-down reads the raw table's snapshot the page's aggregate reader keeps: version 3.
+    monkeypatch.setattr("query.aggregates.Aggregates.snapshot", lambda self, name: (3, "raw events"))
     days = Range(dt.date(2026, 1, 1), dt.date(2026, 1, 7))
     drill_down = dashboard.page.raw_report(settings, View("demo.tally.local"), days)
     assert drill_down is not None and drill_down.gap_ms == 86_400_000
