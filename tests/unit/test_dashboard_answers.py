@@ -32,7 +32,7 @@ from query.raw import RawQuery
 from query.sources import Sources
 from query.vitals import AggregateVitals, ExactVitals
 from query.zoned import ZonedReport
-from tally.settings import load_settings
+from tally.settings import Settings, load_settings
 from tally.tables import RAW_PAGEVIEWS
 
 
@@ -148,12 +148,17 @@ def test_each_report_is_keyed_on_the_tables_it_reads(tmp_path: Path) -> None:
     assert tables_read(zoned) == EVERY_TABLE
 
 
+def home_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings with a home and a warehouse of this test's own."""
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_WAREHOUSE__PATH", str(tmp_path / "warehouse"))
+    return load_settings()
+
+
 def test_the_asker_keys_answers_on_the_snapshot_versions_and_sees_a_new_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: ThreadPoolExecutor
 ) -> None:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_WAREHOUSE__PATH", str(tmp_path / "warehouse"))
-    settings = load_settings()
+    settings = home_settings(tmp_path, monkeypatch)
     uri = settings.table_uri("agg.traffic_1d")
     write_deltalake(uri, pa.table({"n": [1]}))
     ask = Asker(Aggregates(settings), AnswerCache(), pool)
@@ -173,9 +178,7 @@ def test_the_asker_keys_answers_on_the_snapshot_versions_and_sees_a_new_version(
 def test_the_warm_up_opens_the_page_tables_in_the_reader_every_page_run_uses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_WAREHOUSE__PATH", str(tmp_path / "warehouse"))
-    settings = load_settings()
+    settings = home_settings(tmp_path, monkeypatch)
     written = next(name for name in dashboard.page.PAGE_TABLES if name in query.aggregates.IN_MEMORY)
     write_deltalake(settings.table_uri(written), pa.table({"site_id": ["a"]}))
     dashboard.page.warm_up()  # the other tables are not written yet: skipped, no error
@@ -239,9 +242,7 @@ def test_a_recent_figure_is_read_once_per_tick_and_anew_after_it(
 def test_a_drill_down_reads_the_raw_snapshot_its_answers_are_keyed_on_without_reopening_the_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_WAREHOUSE__PATH", str(tmp_path / "warehouse"))
-    settings = load_settings()
+    settings = home_settings(tmp_path, monkeypatch)
     uri = settings.table_uri(RAW_PAGEVIEWS)
     write_deltalake(uri, pa.table({"site_id": ["a"]}))
     sources = Sources(settings)
