@@ -188,14 +188,23 @@ class Asker:
         """The current version of each table (snapshots refreshed when due)."""
         return tuple((name, self.agg.version(name)) for name in tables)
 
-    def report(self, report: Any, source: tuple[Hashable, ...], *, versions: Versions | None = None) -> AnsweredReport:
-        """``report`` answered through the cache; ``versions``: those its snapshot was read at, when known."""
-        found = versions if versions is not None else self.versions(tables_read(report))
-        return AnsweredReport(report, source=source, versions=found, cache=self.cache, pool=self.pool)
+    def versions_of(self, report: Any) -> Versions:
+        """The versions ``report``'s answers are kept under: a raw-event report's own snapshot of
+        raw.pageviews (the version it reads, even if the reader has loaded a newer one since), else
+        the current version of each table it reads."""
+        snapshot = getattr(report, "snapshot", None)
+        if isinstance(report, RawQuery | ExactVitals) and snapshot is not None:
+            return ((RAW_PAGEVIEWS, snapshot[1]),)
+        return self.versions(tables_read(report))
+
+    def report(self, report: Any, source: tuple[Hashable, ...]) -> AnsweredReport:
+        """``report`` answered through the cache."""
+        versions = self.versions_of(report)
+        return AnsweredReport(report, source=source, versions=versions, cache=self.cache, pool=self.pool)
 
     def vitals(self, report: Any, source: tuple[Hashable, ...]) -> AnsweredVitals:
         """A vitals report answered through the cache."""
-        versions = self.versions(tables_read(report))
+        versions = self.versions_of(report)
         return AnsweredVitals(report, source=source, versions=versions, cache=self.cache, pool=self.pool)
 
     def value(self, source: tuple[Hashable, ...], tables: tuple[str, ...], compute: Callable[[], T]) -> Future[T]:

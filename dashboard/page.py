@@ -21,6 +21,7 @@ from query.site_time import local_time, local_today
 from query.sources import Sources
 from tally.annotations import MAX_TEXT, AnnotationError, add_annotation, annotations_for
 from tally.lag import describe_lag
+from tally.log import kv
 from tally.quarantine import PartitionStatus, quarantined
 from tally.salt_periods import visitors_meaning
 from tally.settings import Settings, load_settings
@@ -64,9 +65,7 @@ def warm_up() -> None:
         try:
             reader.warm(name)
         except Exception:
-            log.warning(
-                "warming up a table failed; the first page opens it", extra={"fields": {"table": name}}, exc_info=True
-            )
+            log.warning("warming up a table failed; the first page opens it", extra=kv(table=name), exc_info=True)
 
 
 @st.cache_resource(show_spinner=False)
@@ -92,8 +91,7 @@ def raw_report(settings: Settings, view: View, days: Range) -> RawQuery | None:
 
 
 def drill_down(settings: Settings, ask: Asker, view: View, days: Range) -> AnsweredReport | None:
-    """:func:`raw_report` answered through the cache. Its snapshot of raw.pageviews is opened first,
-    so it is never older than the version its answers are kept under."""
+    """:func:`raw_report` answered through the cache, under the version of raw.pageviews it reads."""
     raw = raw_report(settings, view, days)
     if raw is None:
         return None

@@ -35,7 +35,8 @@ def session_gap_ms(settings: Settings) -> int:
 
 
 class Sources:
-    """The reports of one process: warm aggregate snapshots, and raw events on demand."""
+    """The reports of one process: warm table snapshots, the dashboard's raw events among them (the
+    API's raw questions open the table's newest version)."""
 
     def __init__(self, settings: Settings, aggregates: Aggregates | None = None) -> None:
         self.settings = settings
@@ -111,17 +112,17 @@ class Sources:
         raw = self.raw(site_id, days, filters)
         return raw if raw is not None else AggregateReport(self.aggregates, "", days)  # no raw rows: nothing matches
 
-    def aggregate_vitals(self, site_id: str, start: dt.date, end: dt.date) -> VitalsReport:
+    def aggregate_vitals(self, site_id: str, start: dt.date, end: dt.date, *, shared: bool = False) -> VitalsReport:
         """Core Web Vitals and scroll depth of whole local days from ``agg.vitals_1h`` (p75 approximate);
         a site whose days begin on a half or quarter hour gets them from raw events (exact), since
-        the view keeps whole hours only."""
+        the view keeps whole hours only (``shared``: as :meth:`exact_vitals`)."""
         timezone = self.timezone(site_id)
         if is_utc(timezone):
             return AggregateVitals(self.aggregates, site_id, Range(start, end))
         days = LocalDays(start, end, timezone)
         if days.hour_aligned:
             return ZonedVitals(self.aggregates, site_id, days)
-        exact = self.exact_vitals(site_id, *days.utc_dates, between=days.instants)
+        exact = self.exact_vitals(site_id, *days.utc_dates, between=days.instants, shared=shared)
         return exact if exact is not None else AggregateVitals(self.aggregates, "", Range(start, end))
 
     def exact_vitals(
@@ -144,9 +145,10 @@ class Sources:
         return ExactVitals(dataset, site_id, Range(start, end), filters, between, snapshot, gap)
 
     def vitals(self, site_id: str, start: dt.date, end: dt.date, filters: Mapping[str, str]) -> VitalsReport:
-        """The dashboard's vitals: the view without filters; with the page's filters, raw events (exact)."""
+        """The dashboard's vitals: the view without filters; with the page's filters, raw events (exact),
+        read from the snapshot the dashboard's other reads keep (:meth:`raw_snapshot`)."""
         if not filters:
-            return self.aggregate_vitals(site_id, start, end)
+            return self.aggregate_vitals(site_id, start, end, shared=True)
         exact = tuple(Filter("is", dimension=API_FILTERS[k], values=(v,)) for k, v in filters.items())
         timezone = self.timezone(site_id)
         days = LocalDays(start, end, timezone)
@@ -154,4 +156,4 @@ class Sources:
         found = self.exact_vitals(
             site_id, *(days.utc_dates if between else (start, end)), filters=exact, between=between, shared=True
         )
-        return found if found is not None else self.aggregate_vitals("", start, end)  # no raw rows: nothing matches
+        return found if found is not None else self.aggregate_vitals("", start, end, shared=True)  # no raw rows

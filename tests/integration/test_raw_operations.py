@@ -53,7 +53,7 @@ def rows_of(settings: Settings, visitor: str) -> int:
     return int(table.column("visitor_id").to_pylist().count(visitor))
 
 
-def backfill_today(spark: SparkSession, settings: Settings, day: str) -> None:
+def backfill_day(spark: SparkSession, settings: Settings, day: str) -> None:
     """The views of ``day``, by the test session's own Spark: the `tally backfill` command itself runs in
     test_scale_s3.py, and a JVM of its own here would only add its start-up."""
     date = dt.date.fromisoformat(day)
@@ -72,7 +72,7 @@ def test_forgetting_a_visitor_removes_their_rows_from_storage_and_keeps_others(
     table_dir = Path(settings.table_uri("raw.pageviews"))
     assert visitor_rows_in_every_file(table_dir, forgotten) == 30
     # The views hold the visitor too: agg.sessions carries visitor ids.
-    backfill_today(spark, settings, day)
+    backfill_day(spark, settings, day)
     sessions_dir = Path(settings.table_uri("agg.sessions"))
     assert visitor_rows_in_every_file(sessions_dir, forgotten) >= 1
 
@@ -106,7 +106,7 @@ def test_forgetting_a_site_deletes_its_events_and_its_views_and_keeps_the_other_
     produce(settings, kept, uuid.uuid4().hex, 5)
     raw = settings.table_uri("raw.pageviews")
     wait_for(lambda: site_rows(raw, gone) == 12 and site_rows(raw, kept) >= 5, 60, "both sites in raw")
-    backfill_today(spark, settings, day)
+    backfill_day(spark, settings, day)
     views = ("agg.traffic_1m", "agg.traffic_1d", "agg.sessions", "agg.visits_1d")
     assert all(site_rows(settings.table_uri(v), gone) > 0 for v in views)
     kept_before = {v: site_rows(settings.table_uri(v), kept) for v in views}

@@ -32,7 +32,7 @@ from query.raw import RawQuery
 from query.sources import Sources
 from query.vitals import AggregateVitals, ExactVitals
 from query.zoned import ZonedReport
-from tally.settings import Settings, load_settings
+from tally.settings import Settings, SiteSettings, load_settings
 from tally.tables import RAW_PAGEVIEWS
 
 
@@ -240,9 +240,12 @@ def test_a_recent_figure_is_read_once_per_tick_and_anew_after_it(
 
 
 def test_a_drill_down_reads_the_raw_snapshot_its_answers_are_keyed_on_without_reopening_the_table(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: ThreadPoolExecutor
 ) -> None:
     settings = home_settings(tmp_path, monkeypatch)
+    # A site whose days begin on the half hour: even its unfiltered vitals are read from raw events.
+    settings = dataclasses.replace(settings, sites=(SiteSettings(site_id="in.example", timezone="Asia/Kolkata"),))
+    monkeypatch.setattr(query.aggregates, "REFRESH_SECONDS", 3600.0)  # the reader keeps its snapshot here
     uri = settings.table_uri(RAW_PAGEVIEWS)
     write_deltalake(uri, pa.table({"site_id": ["a"]}))
     sources = Sources(settings)
@@ -250,12 +253,22 @@ def test_a_drill_down_reads_the_raw_snapshot_its_answers_are_keyed_on_without_re
     write_deltalake(uri, pa.table({"site_id": ["a"]}), mode="append")  # newer, not yet seen by the reader
 
     def reopened(*args: object) -> None:
-        raise AssertionError("the drill-down read the table's log and listed its files again")
+        raise AssertionError("the dashboard read the table's log and listed its files again")
 
     monkeypatch.setattr("query.sources.find_table", reopened)
     day = dt.date(2026, 1, 5)
     drill_down = sources.raw("a", Range(day, day), {"country": "DE"})
-    vitals = sources.vitals("a", day, day, {"country": "DE"})
-    assert isinstance(drill_down, RawQuery) and isinstance(vitals, ExactVitals)
-    assert drill_down.snapshot == vitals.snapshot == (uri, version), "the version the answers are keyed on"
-    assert drill_down.raw is vitals.raw is sources.aggregates.dataset(RAW_PAGEVIEWS)
+    filtered_vitals = sources.vitals("a", day, day, {"country": "DE"})
+    zoned_vitals = sources.vitals("in.example", day, day, {})
+    assert isinstance(drill_down, RawQuery)
+    assert isinstance(filtered_vitals, ExactVitals) and isinstance(zoned_vitals, ExactVitals)
+    reports: tuple[RawQuery | ExactVitals, ...] = (drill_down, filtered_vitals, zoned_vitals)
+    assert {r.snapshot for r in reports} == {(uri, version)}, "the version the answers are keyed on"
+    assert all(r.raw is sources.aggregates.dataset(RAW_PAGEVIEWS) for r in reports)
+
+    # Once the reader has loaded the newer version, a report made before it is still kept under the
+    # version it reads: its answers never stand for data they do not hold.
+    monkeypatch.setattr(query.aggregates, "REFRESH_SECONDS", 0.0)
+    ask = Asker(sources.aggregates, AnswerCache(), pool)
+    assert version is not None and ask.versions((RAW_PAGEVIEWS,)) == ((RAW_PAGEVIEWS, version + 1),)
+    assert ask.versions_of(drill_down) == ask.versions_of(filtered_vitals) == ((RAW_PAGEVIEWS, version),)
