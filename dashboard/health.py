@@ -162,7 +162,7 @@ def start(
     """Start every figure of the data-health panel; Kafka's archive lag is read at most every ARCHIVE_LAG_SECONDS."""
     today = now.date()
     newest_event = ask.value(
-        ("newest_event", site_id, today), (RAW_PAGEVIEWS,), lambda: freshness.newest_event(settings, site_id, today)
+        ("newest_event", site_id, today), (RAW_PAGEVIEWS,), lambda: freshness.newest_event(ask.agg, site_id, today)
     )
     audit = ask.value(
         ("latest_audit", site_id, every_site),

@@ -100,7 +100,7 @@ def site_health(
 ) -> Health:
     """The data health of one site now."""
     today = now.date()
-    behind = views_lag(newest_event(settings, site_id, today), newest_window_end(agg, site_id, today), today)
+    behind = views_lag(newest_event(agg, site_id, today), newest_window_end(agg, site_id, today), today)
     return Health(
         views_lag=behind,
         archive_lag=archive_lag(),

@@ -75,7 +75,7 @@ def site_figures(
         hour_pageviews=int(hourly.get(pd.Timestamp(last_hour), 0)),
         hour_history=same_hour_history(hourly, last_hour, rules.usual_history_days),
         now_history=same_hour_history(hourly, this_hour, rules.usual_history_days),
-        newest_event=newest_event(settings, site, now.date()),
+        newest_event=newest_event(agg, site, now.date()),
         newest_window=newest_window_end(agg, site, now.date()),
         quarantined=quarantined_of(settings, site),
     )

@@ -13,8 +13,6 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from query.aggregates import Aggregates, Range
-from tally.settings import Settings
-from tally.storage import find_table
 from tally.tables import RAW_PAGEVIEWS, TRAFFIC_1M
 
 
@@ -28,10 +26,11 @@ def newest_window_end(agg: Aggregates, site_id: str, today: dt.date) -> dt.datet
     return newest
 
 
-def newest_event(settings: Settings, site_id: str, today: dt.date) -> dt.datetime | None:
-    """The newest archived non-bot event of a site today or yesterday (event time), or None."""
-    table = find_table(settings, RAW_PAGEVIEWS)
-    if table is None:
+def newest_event(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetime | None:
+    """The newest archived non-bot event of a site today or yesterday (event time), or None; read from
+    the reader's snapshot of raw.pageviews (reloaded when a new version shows up, not per call)."""
+    dataset = agg.dataset(RAW_PAGEVIEWS)
+    if dataset is None:
         return None
     condition = (
         (pc.field("event_date") >= today - dt.timedelta(days=1))
@@ -39,7 +38,7 @@ def newest_event(settings: Settings, site_id: str, today: dt.date) -> dt.datetim
         & (pc.field("site_id") == site_id)
         & ~pc.field("is_bot")
     )
-    times = table.to_pyarrow_dataset().to_table(columns=["event_time"], filter=condition).column("event_time")
+    times = dataset.to_table(columns=["event_time"], filter=condition).column("event_time")
     newest = pc.max(times).as_py() if len(times) else None
     return dt.datetime.fromtimestamp(newest / 1000, dt.UTC) if newest is not None else None
 

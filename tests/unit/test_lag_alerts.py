@@ -12,9 +12,12 @@ from confluent_kafka import TopicPartition
 from streamlit.testing.v1 import AppTest
 
 import dashboard.health
+import query.aggregates
 from archiver.lag import LagGauges
 from dashboard.health import ArchiveLag
 from jobs.late import batch_lag
+from query.aggregates import Aggregates
+from query.freshness import newest_event
 from query.freshness import views_lag as views_behind
 from tally.lag import LagAlarm, OffsetClock, describe_lag
 from tally.settings import Settings, load_settings
@@ -172,3 +175,24 @@ def test_views_far_behind_the_archived_events_are_an_alert_for_the_sites_own_vie
     app = user_page(settings, "ana", monkeypatch)  # one site only: the views alert is about that site
     errors = [e.value for e in app.error]
     assert any("the views are" in e and "behind the archived events of this site" in e for e in errors), errors
+
+
+def test_the_newest_event_is_a_sites_own_non_bot_one_read_from_the_readers_kept_snapshot(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def event(event_id: str, site: str, minutes: float, *, bot: bool = False) -> dict[str, object]:
+        at_ms = int(at(minutes).timestamp() * 1000)
+        return {"event_id": event_id, "site_id": site, "event_time": at_ms, "event_date": T0.date(), "is_bot": bot}
+
+    rows = [event("own", SITE_A, -5), event("crawler", SITE_A, -1, bot=True), event("other", "b.example", -2)]
+    append_rows(settings, RAW_PAGEVIEWS, pa.Table.from_pylist(rows, schema=RAW_PAGEVIEWS_SCHEMA))
+    agg = Aggregates(settings)
+    assert agg.dataset(RAW_PAGEVIEWS) is not None  # the reader's snapshot, as the dashboard's warm-up opens it
+    monkeypatch.setattr(query.aggregates, "REFRESH_SECONDS", 3600.0)
+
+    def reopened(*args: object) -> None:
+        raise AssertionError("the newest event opened raw.pageviews again")
+
+    monkeypatch.setattr(query.aggregates, "open_table", reopened)
+    assert newest_event(agg, SITE_A, T0.date()) == at(-5)
+    assert newest_event(agg, "nobody.example", T0.date()) is None
