@@ -192,9 +192,8 @@ class Asker:
         """The versions ``report``'s answers are kept under: a raw-event report's own snapshot of
         raw.pageviews (the version it reads, even if the reader has loaded a newer one since), else
         the current version of each table it reads."""
-        snapshot = getattr(report, "snapshot", None)
-        if isinstance(report, RawQuery | ExactVitals) and snapshot is not None:
-            return ((RAW_PAGEVIEWS, snapshot[1]),)
+        if isinstance(report, RawQuery | ExactVitals) and report.snapshot is not None:
+            return ((RAW_PAGEVIEWS, report.snapshot[1]),)
         return self.versions(tables_read(report))
 
     def report(self, report: Any, source: tuple[Hashable, ...]) -> AnsweredReport:

@@ -92,12 +92,12 @@ class Sources:
 
     def exact(self, site_id: str) -> ExactQuery | None:
         """Any query over the site's raw events, exact; None before the archiver has written anything."""
-        table = find_table(self.settings, RAW_PAGEVIEWS)
-        if table is None:
+        found = self.raw_snapshot(shared=False)
+        if found is None:
             return None
         site = next((s for s in self.settings.sites if s.site_id == site_id), None)
         goals = tuple(Step.parse(g) for g in site.goals) if site is not None else ()
-        return ExactQuery(table.to_pyarrow_dataset(), site_id, session_gap_ms(self.settings), goals)
+        return ExactQuery(found[0], site_id, session_gap_ms(self.settings), goals)
 
     def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str:
         """What "visitors" counts over the range, given the site's salt period (:mod:`tally.salt_periods`)."""
