@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +14,9 @@ import psutil
 
 from ops.processes import port_in_use
 from ops.stack import stack_env
+from tests.integration.conftest import wait_for
+
+KILLED = ("archiver", "views")
 
 
 def tally(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -64,6 +68,22 @@ def test_up_twice_starts_one_stack_and_down_leaves_nothing(tmp_path: Path) -> No
             row = next(line.split() for line in status.stdout.splitlines() if line.startswith(service))
             assert row[1] == "running" and row[4] == "0", row  # STATE, RESTARTS
         assert all(port_in_use(p) for p in ports)
+
+        # kill -9 the archiver and the views job (each its whole process group): the watchdog
+        # starts both again by itself and `tally status` counts the restart. That nothing is lost
+        # across such a kill is the fault tests' reconciliation (and test_stack_restart's, long).
+        for service in KILLED:
+            os.killpg(service_pids[service], signal.SIGKILL)
+        wait_for(
+            lambda: all(service_pid_files(tmp_path / "home").get(s) not in (None, service_pids[s]) for s in KILLED),
+            60,
+            "the watchdog to restart the killed archiver and views job",
+        )
+        procs += recorded_processes(tmp_path / "home")
+        status = tally(env, "status")
+        for service in KILLED:
+            row = next(line.split() for line in status.stdout.splitlines() if line.startswith(service))
+            assert row[1] == "running" and row[4] == "1", f"`tally status` should show 1 restart of {service}: {row}"
     finally:
         down = tally(env, "down")
     assert down.returncode == 0, down.stderr

@@ -5,6 +5,10 @@ job are killed together (their whole process groups, SIGKILL) under steady load,
 job has committed a micro-batch. Nobody restarts them by hand. The test waits (bounded) until
 both run again, then drains and reconciles as the fault tests do: every accepted event is in
 Kafka, raw.pageviews and the views, exactly once, and ``tally audit`` exits 0.
+
+Marked ``long`` (``make test-long``): in ``make test``, test_stack_lifecycle kills both under
+``tally up`` and checks the watchdog's restarts, and the fault tests reconcile the same kills
+under load (0 lost, 0 doubled).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+
+import pytest
 
 from ops.processes import Supervisor
 from ops.stack import stack_env
@@ -38,6 +44,7 @@ def running_again(stack: FaultStack, name: str, killed_pid: int) -> bool:
     return found is not None and found.pid != killed_pid
 
 
+@pytest.mark.long
 def test_a_killed_archiver_and_views_job_come_back_by_themselves_and_nothing_is_lost(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = stack_env(home) | {"TALLY_INGEST__WORKERS": "1"}
