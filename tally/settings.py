@@ -145,6 +145,9 @@ class SparkSettings:
     watermark: dt.timedelta = dt.timedelta(minutes=10)  # how late an event may be and still count
     session_gap: dt.timedelta = dt.timedelta(minutes=30)  # a visit ends after this much inactivity
     rollup_seconds: float = 30.0  # how often the hour/day/5-minute views are re-rolled from the minutes
+    # A full collection of the views job's heap this often (0 = only when the heap is full): the
+    # serial collector then gives back the heap the live set does not need (docs/OPERATIONS.md, "Memory").
+    views_gc_seconds: float = 120.0
     metrics_port: int = 8794  # Prometheus /metrics of the streaming views on 127.0.0.1; 0 = off
     backfill_chunk_days: int = 7  # a backfill recomputes this many dates per Spark job (bounds memory)
     # CPU niceness `tally up` starts the views job with (0-19): on a shared machine the batch work
@@ -157,6 +160,8 @@ class SparkSettings:
 
     def __post_init__(self) -> None:
         check_nice("spark.nice", self.nice)
+        if self.views_gc_seconds < 0:
+            raise SettingsError(f"spark.views_gc_seconds: {self.views_gc_seconds} must be 0 (off) or more seconds")
         if self.shuffle_partitions < 0:
             raise SettingsError(
                 f"spark.shuffle_partitions: {self.shuffle_partitions} must be 0 (one per local core) or more"

@@ -2,12 +2,20 @@
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from jobs.spark import driver_java_options
-from jobs.streaming import BACKGROUND_POOL, LATENCY_POOL, scheduler_pools, trigger_seconds, views_spark_config
-from tally.settings import load_settings
+from jobs.streaming import (
+    BACKGROUND_POOL,
+    LATENCY_POOL,
+    HeapTrim,
+    scheduler_pools,
+    trigger_seconds,
+    views_spark_config,
+)
+from tally.settings import SettingsError, load_settings
 
 
 def test_the_traffic_pool_outweighs_the_background_pool_in_the_allocation_file_spark_reads(
@@ -85,3 +93,56 @@ def test_the_streaming_job_keeps_its_state_in_rocksdb_in_bounded_memory(
     assert conf["spark.sql.streaming.stateStore.providerClass"].endswith(".RocksDBStateStoreProvider")
     assert conf["spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage"] == "true"
     assert int(conf["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"]) > 0
+
+
+def test_the_streaming_job_keeps_the_status_of_few_finished_jobs_and_queries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's defaults keep 1,000 finished jobs, stages and SQL executions and 100,000 tasks: a job
+    that never ends grows its heap for hours. The views job keeps a few of each."""
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    conf = views_spark_config(load_settings())
+    for key, most in {
+        "spark.ui.retainedJobs": 100,
+        "spark.ui.retainedStages": 100,
+        "spark.ui.retainedTasks": 1_000,
+        "spark.sql.ui.retainedExecutions": 100,
+        "spark.ui.dagGraph.retainedRootRDDs": 100,
+    }.items():
+        assert 0 < int(conf[key]) <= most, key
+
+
+class FakeJvmSession:
+    """Stands in for a SparkSession: counts System.gc() calls on its JVM."""
+
+    def __init__(self) -> None:
+        self.collections = 0
+        system = SimpleNamespace(gc=self.collect)
+        self.sparkContext = SimpleNamespace(
+            _jvm=SimpleNamespace(java=SimpleNamespace(lang=SimpleNamespace(System=system)))
+        )
+
+    def collect(self) -> None:
+        self.collections += 1
+
+
+def test_the_views_job_collects_its_heap_every_views_gc_seconds_and_never_when_it_is_0() -> None:
+    now = [1000.0]
+    spark = FakeJvmSession()
+    trim = HeapTrim(120.0, clock=lambda: now[0])
+    ran = []
+    for step in range(0, 400, 5):  # housekeeping every 5 s for 400 s
+        now[0] = 1000.0 + step
+        ran.append(trim.run_if_due(spark))  # type: ignore[arg-type]
+    assert spark.collections == sum(ran) == 3  # at 120, 240 and 360 s: not at start, not every call
+    off = HeapTrim(0.0, clock=lambda: now[0])
+    now[0] += 10_000
+    assert not off.run_if_due(spark) and not off.run_if_due(spark)  # type: ignore[arg-type]
+    assert spark.collections == 3
+
+
+def test_a_negative_views_gc_interval_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_SPARK__VIEWS_GC_SECONDS", "-1")
+    with pytest.raises(SettingsError, match="views_gc_seconds"):
+        load_settings()
