@@ -44,7 +44,7 @@ test-e2e: setup tracker/node_modules
 	bash scripts/install-browser.sh
 	TALLY_ENV=test .venv/bin/python -m pytest -q tests/e2e
 
-## test-long: the full-length fault, scale, fuzz and soak runs (tests marked `long`; not in CI)
+## test-long: the full-length fault, scale, fuzz, soak and restart runs (tests marked `long`; not in CI)
 test-long: setup
 	bash scripts/install-browser.sh
 	TALLY_ENV=test TALLY_LONG_TESTS=1 .venv/bin/python -m pytest -q -m long tests

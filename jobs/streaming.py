@@ -68,10 +68,9 @@ ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBSta
 
 # Spark keeps the status of finished jobs, stages, tasks and SQL executions (with each plan's
 # graph, metrics and text) for its UI, which is off here, and its status API: 1,000 of each
-# (100,000 tasks) by default. A job that never ends fills that store for hours: after 10
-# minutes at 500 events/s it held 401 SQL executions and 705 stages, and the heap's live set grew
-# by 5 MiB a minute (class histograms, docs/OPERATIONS.md "Memory"). Nothing reads them but
-# a person debugging, who sees the last few.
+# (100,000 tasks) by default. In a job that never ends that store only fills: in a 14-minute soak
+# at 500 events/s (and the catch-up after it) it reached 829 SQL executions and about 1,000 stages
+# (docs/OPERATIONS.md, "Memory"). Nothing reads them but a person debugging, who sees the last few.
 STATUS_RETENTION = {
     "spark.ui.retainedJobs": "50",
     "spark.ui.retainedStages": "50",
@@ -104,6 +103,11 @@ def views_spark_config(settings: Settings) -> dict[str, str]:
         # made every 10th traffic MERGE the slowest of them.
         "spark.databricks.delta.properties.defaults.checkpointInterval": "50",
         **STATUS_RETENTION,
+        # The serial collector collects the old generation only once it is full, so the committed
+        # heap climbs towards its maximum with garbage while the live set stays near 0.2 GiB. Spark's
+        # context cleaner asks for a full collection this often (30 min by default); after one, the
+        # collector gives back what is more than MaxHeapFreeRatio free.
+        "spark.cleaner.periodicGC.interval": f"{s.views_gc_seconds:g}s",
     }
 
 
@@ -288,38 +292,6 @@ def write_vitals(settings: Settings) -> BatchWriter:
 
 
 @dataclass
-class HeapTrim:
-    """A full collection of the job's JVM every ``spark.views_gc_seconds`` (0: never), from the main thread.
-
-    The serial collector collects the old generation only once it is full, so between full
-    collections the heap's committed size climbs towards its maximum with garbage, and the
-    process's resident memory with it: the live set after a full collection stayed near 0.2 GiB
-    over a 15-minute soak at 500 events/s while the committed heap kept growing. After a full
-    collection the serial collector gives back what is more than ``MaxHeapFreeRatio`` free,
-    so a collection every few minutes keeps the heap near its live set. It stops the JVM's
-    threads for a fraction of a second each time (a few ms per 10 MiB live).
-    """
-
-    every_s: float
-    clock: Callable[[], float] = time.monotonic
-    last: float | None = None
-
-    def run_if_due(self, spark: SparkSession) -> bool:
-        """Collect if ``every_s`` have passed since the last collection (or since the first call)."""
-        now = self.clock()
-        if self.every_s <= 0:
-            return False
-        if self.last is None:
-            self.last = now
-            return False
-        if now - self.last < self.every_s:
-            return False
-        self.last = now
-        spark.sparkContext._jvm.java.lang.System.gc()  # type: ignore[union-attr]
-        return True
-
-
-@dataclass
 class ViewJob:
     """The running view queries of one Spark session, and the late-events listener they report to."""
 
@@ -328,7 +300,6 @@ class ViewJob:
     queries: list[Any] = field(default_factory=list)
     late: LateEventsListener = field(default_factory=LateEventsListener)
     rollups: Rollups | None = None
-    heap: HeapTrim | None = None
 
     def process_all_available(self) -> None:
         """Block until every query has processed all data available now, then roll up (tests, benches)."""
@@ -341,8 +312,6 @@ class ViewJob:
         self.late.flush(self.spark, self.settings)
         if self.rollups is not None:
             self.rollups.run_if_due(self.spark, force=force)
-        if self.heap is not None:
-            self.heap.run_if_due(self.spark)
 
     def stop(self) -> None:
         for query in self.queries:
@@ -365,13 +334,7 @@ def start(settings: Settings, *, checkpoint_root: str | None = None, queries: Co
     checkpoints = checkpoint_root or default_checkpoints(settings)
     journal = PendingJournal(spark, f"{checkpoints.rstrip('/')}/rollups-pending.json")
     lag_limit = dt.timedelta(minutes=settings.alerts.lag_minutes)
-    job = ViewJob(
-        spark,
-        settings,
-        rollups=Rollups(settings, journal),
-        late=LateEventsListener(lag_limit=lag_limit),
-        heap=HeapTrim(settings.spark.views_gc_seconds),
-    )
+    job = ViewJob(spark, settings, rollups=Rollups(settings, journal), late=LateEventsListener(lag_limit=lag_limit))
     assert job.rollups is not None
     job.rollups.recover(spark)
     spark.streams.addListener(job.late)

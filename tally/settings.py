@@ -119,8 +119,8 @@ class SparkSettings:
     driver_memory: str = "1536m"  # heap of the batch jobs' driver: backfill, `tally sql`
     # Heap of the long-running streaming views job (its window state is in RocksDB, off the heap).
     # With the state on the heap and G1, 768m ran out at 500 events/s (OutOfMemoryError after 18
-    # minutes, bench.soak); the serial collector commits only what the live set needs (old
-    # generation 0.3 GiB after 8 minutes at 500 events/s), so the maximum is a ceiling, not a cost.
+    # minutes, bench.soak). The serial collector fills the heap with garbage up to this maximum
+    # between full collections; views_gc_seconds keeps it near the live set (about 0.2 GiB).
     views_driver_memory: str = "1g"
     # JVM options of the views job only. The serial collector: on local[2] no concurrent GC threads
     # compete with the job, no per-region tables (G1's were 75 MiB), and at most 30% of the heap
@@ -145,8 +145,9 @@ class SparkSettings:
     watermark: dt.timedelta = dt.timedelta(minutes=10)  # how late an event may be and still count
     session_gap: dt.timedelta = dt.timedelta(minutes=30)  # a visit ends after this much inactivity
     rollup_seconds: float = 30.0  # how often the hour/day/5-minute views are re-rolled from the minutes
-    # A full collection of the views job's heap this often (0 = only when the heap is full): the
-    # serial collector then gives back the heap the live set does not need (docs/OPERATIONS.md, "Memory").
+    # A full collection of the views job's heap this often (Spark's spark.cleaner.periodicGC.interval,
+    # 30 min by default): the serial collector then gives back the heap the live set does not need
+    # (docs/OPERATIONS.md, "Memory").
     views_gc_seconds: float = 120.0
     metrics_port: int = 8794  # Prometheus /metrics of the streaming views on 127.0.0.1; 0 = off
     backfill_chunk_days: int = 7  # a backfill recomputes this many dates per Spark job (bounds memory)
@@ -160,8 +161,8 @@ class SparkSettings:
 
     def __post_init__(self) -> None:
         check_nice("spark.nice", self.nice)
-        if self.views_gc_seconds < 0:
-            raise SettingsError(f"spark.views_gc_seconds: {self.views_gc_seconds} must be 0 (off) or more seconds")
+        if self.views_gc_seconds < 1:
+            raise SettingsError(f"spark.views_gc_seconds: {self.views_gc_seconds} must be 1 second or more")
         if self.shuffle_partitions < 0:
             raise SettingsError(
                 f"spark.shuffle_partitions: {self.shuffle_partitions} must be 0 (one per local core) or more"

@@ -17,6 +17,7 @@ from ops.stack import stack_env
 from tests.integration.conftest import wait_for
 
 KILLED = ("archiver", "views")
+STARTED = {"archiver": "archiver started", "views": "streaming views started"}  # their log lines
 
 
 def tally(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -30,12 +31,22 @@ def tally(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.C
 
 
 def recorded_processes(home: Path) -> list[psutil.Process]:
-    """Every process the PID files name, with all their children."""
+    """Every live process the PID files name, with all their children."""
     found = []
     for pid_file in (home / "run").glob("*.json"):
-        proc = psutil.Process(json.loads(pid_file.read_text())["pid"])
-        found += [proc, *proc.children(recursive=True)]
+        try:
+            proc = psutil.Process(json.loads(pid_file.read_text())["pid"])
+            found += [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
     return found
+
+
+def logged_since(log: Path, offset: int, line: str) -> bool:
+    """``line`` is in ``log`` past its first ``offset`` bytes (a service's start, logged after a restart)."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        return line.encode() in f.read()
 
 
 def service_pid_files(home: Path) -> dict[str, int]:
@@ -49,11 +60,14 @@ def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
 def test_up_twice_starts_one_stack_and_down_leaves_nothing(tmp_path: Path) -> None:
     env = stack_env(tmp_path / "home")
     ports = [int(env[k]) for k in ("TALLY_KAFKA__PORT", "TALLY_INGEST__PORT", "TALLY_DASHBOARD__PORT")]
+    metrics = [int(env[k]) for k in ("TALLY_ARCHIVER__METRICS_PORT", "TALLY_SPARK__METRICS_PORT")]
+    logs = tmp_path / "home" / "logs"
+    procs: list[psutil.Process] = []
     try:
         first = tally(env, "up")
         assert first.returncode == 0, first.stderr
         assert "dashboard: http://127.0.0.1:" in first.stdout
-        procs = recorded_processes(tmp_path / "home")
+        procs += recorded_processes(tmp_path / "home")
         service_pids = service_pid_files(tmp_path / "home")
         assert set(service_pids) == {"broker", "ingest", "archiver", "views", "dashboard", "api", "watchdog"}
 
@@ -70,26 +84,29 @@ def test_up_twice_starts_one_stack_and_down_leaves_nothing(tmp_path: Path) -> No
         assert all(port_in_use(p) for p in ports)
 
         # kill -9 the archiver and the views job (each its whole process group): the watchdog
-        # starts both again by itself and `tally status` counts the restart. That nothing is lost
-        # across such a kill is the fault tests' reconciliation (and test_stack_restart's, long).
+        # starts both again by itself, each logs that it runs, and `tally status` counts the
+        # restart. That nothing is lost across such a kill is the fault tests' reconciliation
+        # (they start the services again by hand) and test_stack_restart's (long).
+        offsets = {service: (logs / f"{service}.log").stat().st_size for service in KILLED}
         for service in KILLED:
             os.killpg(service_pids[service], signal.SIGKILL)
         wait_for(
-            lambda: all(service_pid_files(tmp_path / "home").get(s) not in (None, service_pids[s]) for s in KILLED),
-            60,
-            "the watchdog to restart the killed archiver and views job",
+            lambda: all(logged_since(logs / f"{s}.log", offsets[s], STARTED[s]) for s in KILLED),
+            240,
+            "the archiver and the views job, killed, to be started again by the watchdog and log that they run",
         )
-        procs += recorded_processes(tmp_path / "home")
+        assert all(service_pid_files(tmp_path / "home")[s] != service_pids[s] for s in KILLED)
         status = tally(env, "status")
         for service in KILLED:
             row = next(line.split() for line in status.stdout.splitlines() if line.startswith(service))
             assert row[1] == "running" and row[4] == "1", f"`tally status` should show 1 restart of {service}: {row}"
     finally:
+        procs += recorded_processes(tmp_path / "home")  # the restarted ones with their children too
         down = tally(env, "down")
     assert down.returncode == 0, down.stderr
     psutil.wait_procs(procs, timeout=10)
     assert alive(procs) == []
-    assert not any(port_in_use(p) for p in ports)  # the watchdog, stopped first, restarted nothing
+    assert not any(port_in_use(p) for p in ports + metrics)  # the watchdog, stopped first, restarted nothing
     assert "stopped" in tally(env, "status").stdout
     assert not list((tmp_path / "home" / "run").glob("*.json"))
 

@@ -2,7 +2,6 @@
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -10,7 +9,6 @@ from jobs.spark import driver_java_options
 from jobs.streaming import (
     BACKGROUND_POOL,
     LATENCY_POOL,
-    HeapTrim,
     scheduler_pools,
     trigger_seconds,
     views_spark_config,
@@ -112,37 +110,21 @@ def test_the_streaming_job_keeps_the_status_of_few_finished_jobs_and_queries(
         assert 0 < int(conf[key]) <= most, key
 
 
-class FakeJvmSession:
-    """Stands in for a SparkSession: counts System.gc() calls on its JVM."""
-
-    def __init__(self) -> None:
-        self.collections = 0
-        system = SimpleNamespace(gc=self.collect)
-        self.sparkContext = SimpleNamespace(
-            _jvm=SimpleNamespace(java=SimpleNamespace(lang=SimpleNamespace(System=system)))
-        )
-
-    def collect(self) -> None:
-        self.collections += 1
-
-
-def test_the_views_job_collects_its_heap_every_views_gc_seconds_and_never_when_it_is_0() -> None:
-    now = [1000.0]
-    spark = FakeJvmSession()
-    trim = HeapTrim(120.0, clock=lambda: now[0])
-    ran = []
-    for step in range(0, 400, 5):  # housekeeping every 5 s for 400 s
-        now[0] = 1000.0 + step
-        ran.append(trim.run_if_due(spark))  # type: ignore[arg-type]
-    assert spark.collections == sum(ran) == 3  # at 120, 240 and 360 s: not at start, not every call
-    off = HeapTrim(0.0, clock=lambda: now[0])
-    now[0] += 10_000
-    assert not off.run_if_due(spark) and not off.run_if_due(spark)  # type: ignore[arg-type]
-    assert spark.collections == 3
-
-
-def test_a_negative_views_gc_interval_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_spark_collects_the_views_jobs_heap_every_views_gc_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The serial collector gives back what the live set does not need only after a full collection."""
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_SPARK__VIEWS_GC_SECONDS", "-1")
+    assert views_spark_config(load_settings())["spark.cleaner.periodicGC.interval"] == "120s"
+    monkeypatch.setenv("TALLY_SPARK__VIEWS_GC_SECONDS", "45")
+    assert views_spark_config(load_settings())["spark.cleaner.periodicGC.interval"] == "45s"
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1"])
+def test_a_views_gc_interval_under_a_second_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: str
+) -> None:
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_SPARK__VIEWS_GC_SECONDS", seconds)
     with pytest.raises(SettingsError, match="views_gc_seconds"):
         load_settings()
