@@ -142,13 +142,21 @@ def test_negative_shuffle_partitions_are_refused_with_the_key_named(
         load_settings()
 
 
-@pytest.mark.parametrize("linger", ["-1", "1001"])
-def test_an_out_of_range_producer_linger_is_refused_with_the_key_named(
-    linger: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+@pytest.mark.parametrize(
+    ("variable", "value", "key"),
+    [
+        ("TALLY_INGEST__LINGER_MS", "-1", r"ingest\.linger_ms"),
+        ("TALLY_INGEST__LINGER_MS", "1001", r"ingest\.linger_ms"),
+        ("TALLY_SPARK__VIEWS_GC_SECONDS", "0", r"spark\.views_gc_seconds"),
+        ("TALLY_SPARK__VIEWS_GC_SECONDS", "-1", r"spark\.views_gc_seconds"),
+    ],
+)
+def test_an_out_of_range_setting_is_refused_with_the_key_named(
+    variable: str, value: str, key: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_INGEST__LINGER_MS", linger)
-    with pytest.raises(SettingsError, match=r"ingest\.linger_ms"):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=key):
         load_settings()
 
 

@@ -6,14 +6,8 @@ from pathlib import Path
 import pytest
 
 from jobs.spark import driver_java_options
-from jobs.streaming import (
-    BACKGROUND_POOL,
-    LATENCY_POOL,
-    scheduler_pools,
-    trigger_seconds,
-    views_spark_config,
-)
-from tally.settings import SettingsError, load_settings
+from jobs.streaming import BACKGROUND_POOL, LATENCY_POOL, scheduler_pools, trigger_seconds, views_spark_config
+from tally.settings import load_settings
 
 
 def test_the_traffic_pool_outweighs_the_background_pool_in_the_allocation_file_spark_reads(
@@ -118,13 +112,3 @@ def test_spark_collects_the_views_jobs_heap_every_views_gc_seconds(
     assert views_spark_config(load_settings())["spark.cleaner.periodicGC.interval"] == "120s"
     monkeypatch.setenv("TALLY_SPARK__VIEWS_GC_SECONDS", "45")
     assert views_spark_config(load_settings())["spark.cleaner.periodicGC.interval"] == "45s"
-
-
-@pytest.mark.parametrize("seconds", ["0", "-1"])
-def test_a_views_gc_interval_under_a_second_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: str
-) -> None:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_SPARK__VIEWS_GC_SECONDS", seconds)
-    with pytest.raises(SettingsError, match="views_gc_seconds"):
-        load_settings()
