@@ -10,15 +10,27 @@ spool, salts, everything):
 - **raw bytes** of every file, for each IP as text (``198.51.100.23``, not part of a longer
   number) and packed (4 bytes, network and little-endian order);
 - **decoded content**, since compression can hide a leak from a byte search: every record of
-  every Kafka topic as a consumer receives it (decompressed), every value of every Parquet file,
-  and Spark's LZ4-compressed state files, decompressed (RocksDB's ``.sst`` table files are not
-  decoded: a packed form in them is a chance match, a text form a leak).
+  every Kafka topic as a consumer receives it (decompressed; only when ``scan_at_rest`` is given
+  the broker), every value of every Parquet file, and Spark's LZ4-compressed state files,
+  decompressed (RocksDB's ``.sst`` table files are not decoded: a packed form in them is a chance
+  match, a text form a leak).
 
 A packed IP is four arbitrary bytes, so it also turns up by chance in compressed or random-looking
 data (about ``bytes / 2**32`` times per pattern): jars, compressed pages, HLL sketches. A match of
 a packed form inside high-entropy bytes is therefore reported as a *chance match*, not a leak:
 compressed data would hide a real packed IP anyway, which the decoded search covers, and a
 packed IP in a plain record (low entropy around it) is a leak. Text forms never match by chance.
+
+Compressed bytes are not always high-entropy: LZ4 keeps hex text (event ids) as literals beside
+binary token bytes, and "ed3" + the token 0xc6 is 198.51.100.101 packed little-endian. So in
+encoded bytes that are searched again decoded, a packed form is a chance match whatever the
+entropy around it: Parquet files, lz4-java state files, and the records of the compressed batches
+in the broker's log segments (``<topic>-<n>/<20 digits>.log`` whose v2 batch headers parse:
+``quality.kafka_segment``), which ``scan_kafka`` reads decompressed. That last rule rests on
+``scan_kafka``: ``scan_at_rest`` without Kafka servers reads no topic, so then a packed form in a
+compressed batch is a leak, as nothing else would check it. A segment's uncompressed batches, the
+bytes outside or after the batches that parse (a torn tail, garbage) and a file only named like a
+segment are judged as any other file.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import math
 import re
 import time
 import uuid
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +52,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from quality.kafka_segment import compressed_payloads, segment_base_offset
 from quality.lz4block import LZ4_BLOCK_MAGIC, decompress_lz4_blocks
 
 CHUNK = 64 * 2**20
@@ -164,6 +178,7 @@ def _add(result: ScanResult, leaks: list[Match], chance: list[Match]) -> None:
 
 
 ROCKSDB_TABLE_SUFFIX = ".sst"  # RocksDB's table files, in the views job's state store and its checkpoints
+PACKED_BYTES = 4
 
 
 def _files(root: Path) -> Iterator[Path]:
@@ -177,30 +192,55 @@ def _head(path: Path) -> bytes:
         return f.read(len(LZ4_BLOCK_MAGIC))
 
 
-def scan_files(root: Path, ips: set[str], result: ScanResult, *, needles: Needles = NO_NEEDLES) -> None:
-    """Every byte of every regular file under ``root``, in overlapping chunks."""
+def _encoded(path: Path, *, lz4: bool, kafka_decoded: bool) -> list[tuple[int, int]]:
+    """The byte ranges ``[start, end)`` of ``path`` in which a packed form is chance, not a leak."""
+    # Parquet's and lz4-java's files are searched again decoded (every value; the blocks decompressed); their
+    # encoded bytes can be regular without being text: bit-packed runs of close numbers spell any 4 bytes sooner
+    # or later (a soak's raw file held 198.51.100.105 that way, no value equal to it).
+    # RocksDB's table files (the views job's state store) hold LZ4-compressed blocks too, which leave event ids'
+    # hex digits as literals beside binary bytes (a 30-minute soak: 12 packed forms, each "…ed3"/"…fd3" and a
+    # 0xc6 byte); they are not decoded here, so their packed forms are chance and their text forms are searched
+    # as everywhere. The state never holds an address: ingest keeps none.
+    if lz4 or path.suffix in (".parquet", ROCKSDB_TABLE_SUFFIX):
+        return [(0, 2**63)]  # the whole file
+    # Kafka's log segments: the same LZ4 literals in the records of lz4-compressed batches (a 30-minute soak:
+    # byte 8,667,344 of pageviews-1's segment, attributes 0x0003, 0 matches in the decoded records). Only the
+    # compressed batches' records, and only if the caller reads the topics decoded (scan_kafka): else nothing
+    # would check them. Uncompressed batches and bytes past the last batch that parses are judged as any file.
+    base_offset = segment_base_offset(path)
+    if base_offset is None or not kafka_decoded:
+        return []
+    return compressed_payloads(path, base_offset)
+
+
+def _packed_within(ranges: list[tuple[int, int]], match: Match) -> bool:
+    """Whether ``match`` is a packed form whose 4 bytes lie inside one of ``ranges`` (sorted, disjoint)."""
+    at = bisect_right(ranges, match.offset, key=lambda r: r[0]) - 1
+    return match.form.startswith("packed") and at >= 0 and match.offset + PACKED_BYTES <= ranges[at][1]
+
+
+def scan_files(
+    root: Path, ips: set[str], result: ScanResult, *, needles: Needles = NO_NEEDLES, kafka_decoded: bool = False
+) -> None:
+    """Every byte of every regular file under ``root``, in overlapping chunks.
+
+    ``kafka_decoded`` says the caller searches every topic decoded (``scan_kafka``), so that a packed form in
+    the records of a compressed batch of a Kafka log segment is a chance match; without it, a leak.
+    """
     overlap = max(16, needles.longest)  # a match cut by a chunk boundary is whole in the next chunk
     for path in _files(root):
         result.files += 1
         lz4 = path.stat().st_size > len(LZ4_BLOCK_MAGIC) and _head(path) == LZ4_BLOCK_MAGIC
-        # Both are searched again decoded below (Parquet's every value, LZ4's blocks decompressed); their
-        # encoded bytes can be regular without being text: bit-packed runs of close numbers spell any 4
-        # bytes sooner or later (a soak's raw file held 198.51.100.105 that way, no value equal to it).
-        decoded_below = lz4 or path.suffix == ".parquet"
-        # RocksDB's table files (the views job's state store) hold LZ4-compressed blocks too, which leave
-        # event ids' hex digits as literals beside binary bytes (a 30-minute soak: 12 packed forms, each
-        # "…ed3"/"…fd3" and a 0xc6 byte); they are not decoded here, so their packed forms are chance and
-        # their text forms are searched as everywhere. The state never holds an address: ingest keeps none.
-        packed_is_chance = decoded_below or path.suffix == ROCKSDB_TABLE_SUFFIX
+        encoded = _encoded(path, lz4=lz4, kafka_decoded=kafka_decoded)
         with open(path, "rb") as f:
             offset, tail = 0, b""
             while chunk := f.read(CHUNK):
                 data = tail + chunk
                 leaks, chance = find_in_bytes(data, ips, str(path), base=offset - len(tail), needles=needles)
-                if packed_is_chance:  # LZ4 leaves hex text as literals beside binary tokens ("fd3" + 0xc6 packs
-                    # 198.51.100.102): a packed form in the encoded bytes is chance; the decoded search is the test.
-                    chance += [m for m in leaks if m.form.startswith("packed")]
-                    leaks = [m for m in leaks if not m.form.startswith("packed")]
+                # LZ4 leaves hex text as literals beside binary tokens ("fd3" + 0xc6 packs 198.51.100.102): a
+                # packed form in encoded bytes is chance whatever the entropy; the decoded search is the test.
+                chance += [m for m in leaks if _packed_within(encoded, m)]
+                leaks = [m for m in leaks if not _packed_within(encoded, m)]
                 result.leaks += [m for m in leaks if m.offset + overlap > offset]  # not twice in the overlap
                 result.chance += [m for m in chance if m.offset + overlap > offset]
                 result.bytes_scanned += len(chunk)
@@ -325,10 +365,14 @@ def scan_at_rest(
     needles: Iterable[str] = (),
 ) -> ScanResult:
     """Search everything under ``home`` (and the topics of a running broker, read to the end
-    within ``kafka_timeout`` seconds) for ``ips`` and ``needles``."""
+    within ``kafka_timeout`` seconds) for ``ips`` and ``needles``.
+
+    The topics' decoded records are what make a packed form in a compressed batch of a log segment a
+    chance match (``scan_kafka`` raises if it cannot read them all). Without ``kafka_servers`` no topic
+    is read, so such a packed form is a leak: nothing else would check it."""
     result = ScanResult()
     planted = Needles.of(needles)
-    scan_files(home, ips, result, needles=planted)
+    scan_files(home, ips, result, needles=planted, kafka_decoded=bool(kafka_servers))
     if kafka_servers:
         scan_kafka(kafka_servers, ips, result, timeout=kafka_timeout, needles=planted)
     return result

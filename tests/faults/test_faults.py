@@ -82,7 +82,8 @@ def assert_the_kafka_scan_finds_a_planted_ip(servers: str) -> None:
 
 def assert_no_ip_at_rest(home: Path, ips: set[str], scan: ScanResult) -> None:
     """No client IP, and none of the secrets the load planted in URLs and referrers, anywhere under ``home``."""
-    scan_files(home, ips, scan, needles=Needles.of(PLANTED))
+    # The scan that ran before it read every topic decoded: a packed form in a compressed batch is then chance.
+    scan_files(home, ips, scan, needles=Needles.of(PLANTED), kafka_decoded=scan.kafka_records > 0)
     print(f"leak scan of {home}: {scan.summary()} (about {scan.expected_chance(len(ips)):.3f} expected by chance)")
     assert scan.files > 0 and scan.kafka_records > 0, "the scan read nothing: wrong home?"
     assert not scan.leaks, f"client IPs or planted secrets at rest: {scan.leaks[:10]}"
