@@ -135,8 +135,11 @@ class SparkSettings:
     shuffle_partitions: int = 0
     trigger_seconds: int = 5
     # Sessions are written only once closed (session_gap + watermark after their last event), so
-    # their query gains nothing from the 1-minute view's short trigger; it yields the cores instead.
-    sessions_trigger_seconds: int = 30
+    # their query gains nothing from the 1-minute view's short trigger; it yields the cores instead,
+    # and so do the props (1-day) and vitals (1-hour) queries on the same trigger. Every micro-batch
+    # costs seconds of the job's cores however few its events: at 30 s, the three of them held the
+    # 1-minute view's batches up (bench.soak; docs/BENCHMARKS.md, "Soak").
+    sessions_trigger_seconds: int = 60
     # The rate-limit counters: a client over its hourly limit is blocked within about twice this.
     # Run every 5 s, their MERGE kept a core busy beside the 1-minute view's.
     ratelimit_trigger_seconds: int = 15
