@@ -30,7 +30,7 @@ from deltalake import DeltaTable
 from bench.ingest import ramp
 from bench.loadgen import Run, http_post, run_open_loop, summary
 from bench.report import Figure, print_figures
-from bench.stack import rss_by_service, tally
+from bench.stack import members, rss_by_service, tally
 from ops.stack import stack_env
 from quality.leaks import Match, scan_at_rest
 from tally.settings import PROJECT_ROOT
@@ -121,7 +121,7 @@ def views_parts(home: Path) -> dict[str, float]:
     with contextlib.suppress(psutil.Error, ValueError, OSError):  # the job may restart meanwhile
         driver = psutil.Process(json.loads((home / "run" / "views.json").read_text())["pid"])
         parts["views (Python driver)"] = driver.memory_info().rss / 2**20
-        for child in driver.children(recursive=True):
+        for child in members(driver)[1:]:
             with contextlib.suppress(psutil.Error):
                 name = "views (JVM)" if child.name() == "java" else "views (Python workers)"
                 parts[name] = parts.get(name, 0.0) + child.memory_info().rss / 2**20

@@ -38,14 +38,31 @@ def view_rows(home: Path) -> int:
         return 0
 
 
+def is_jvm_fork(exe: str, parent_exe: str | None) -> bool:
+    """Whether a process is a JVM's fork that has not run its command yet: it then holds all of the
+    JVM's pages (a soak sample counted the views job's 1.1 GiB twice). Tally's JVMs start no JVM."""
+    return parent_exe is not None and Path(parent_exe).name == "java" and exe == parent_exe
+
+
+def members(proc: psutil.Process) -> list[psutil.Process]:
+    """A process and its children, but for a JVM's fork caught before it ran its command."""
+    exes: dict[int, str] = {}
+    out = []
+    for member in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            exes[member.pid] = member.exe()
+            if member is proc or not is_jvm_fork(exes[member.pid], exes.get(member.ppid())):
+                out.append(member)
+    return out
+
+
 def rss_by_service(home: Path) -> dict[str, float]:
     """Resident MiB per running service, each including its children (uvicorn workers, Spark JVM)."""
     out = {}
     for pid_file in sorted((home / "run").glob("*.json")):
         total = 0
         with contextlib.suppress(psutil.Error, ValueError, OSError):  # a process may end meanwhile
-            proc = psutil.Process(json.loads(pid_file.read_text())["pid"])
-            for member in [proc, *proc.children(recursive=True)]:
+            for member in members(psutil.Process(json.loads(pid_file.read_text())["pid"])):
                 with contextlib.suppress(psutil.Error):
                     total += member.memory_info().rss
         if total:

@@ -69,6 +69,7 @@ class Match:
     offset: int
     found: str  # the IP address or the needle
     form: str  # "text", "packed-be", "packed-le", "integer"; of a needle: "needle" or "needle-percent-encoded"
+    size: int = 0  # the bytes it spans from ``offset``, in a byte search (0 in a decoded value: no offsets there)
 
     @property
     def ip(self) -> str:
@@ -102,7 +103,7 @@ class Needles:
         for pattern, (needle, form) in self.forms.items():
             at = data.find(pattern)
             while at >= 0:
-                found.append(Match(where, base + at, needle, form))
+                found.append(Match(where, base + at, needle, form, len(pattern)))
                 at = data.find(pattern, at + 1)
         return found
 
@@ -157,7 +158,7 @@ def find_in_bytes(
 ) -> tuple[list[Match], list[Match]]:
     """(leaks, chance matches) of ``ips`` and ``needles`` in ``data``; offsets are ``base`` + position."""
     leaks = needles.find(data, where, base=base) + [
-        Match(where, base + m.start(), m.group().decode(), "text")
+        Match(where, base + m.start(), m.group().decode(), "text", len(m.group()))
         for m in DOTTED_QUAD.finditer(data)
         if m.group().decode() in ips
     ]
@@ -166,7 +167,7 @@ def find_in_bytes(
         at = data.find(pattern)
         while at >= 0:
             window = data[max(0, at - ENTROPY_WINDOW // 2) : at + ENTROPY_WINDOW // 2]
-            match = Match(where, base + at, ip, form)
+            match = Match(where, base + at, ip, form, len(pattern))
             (chance if entropy(window) >= HIGH_ENTROPY_BITS else leaks).append(match)
             at = data.find(pattern, at + 1)
     return leaks, chance
@@ -241,8 +242,9 @@ def scan_files(
                 # packed form in encoded bytes is chance whatever the entropy; the decoded search is the test.
                 chance += [m for m in leaks if _packed_within(encoded, m)]
                 leaks = [m for m in leaks if not _packed_within(encoded, m)]
-                result.leaks += [m for m in leaks if m.offset + overlap > offset]  # not twice in the overlap
-                result.chance += [m for m in chance if m.offset + overlap > offset]
+                # A match wholly in the tail was counted with the chunk before; one the chunk boundary cut was not.
+                result.leaks += [m for m in leaks if m.offset + m.size > offset]
+                result.chance += [m for m in chance if m.offset + m.size > offset]
                 result.bytes_scanned += len(chunk)
                 offset += len(chunk)
                 tail = data[-overlap:]

@@ -138,7 +138,7 @@ class SparkSettings:
     # their query gains nothing from the 1-minute view's short trigger; it yields the cores instead,
     # and so do the props (1-day) and vitals (1-hour) queries on the same trigger. Every micro-batch
     # costs seconds of the job's cores however few its events: at 30 s, the three of them held the
-    # 1-minute view's batches up (bench.soak; docs/BENCHMARKS.md, "Soak").
+    # 1-minute view's batches up (docs/OPERATIONS.md, "The views' share of the cores").
     sessions_trigger_seconds: int = 60
     # The rate-limit counters: a client over its hourly limit is blocked within about twice this.
     # Run every 5 s, their MERGE kept a core busy beside the 1-minute view's.

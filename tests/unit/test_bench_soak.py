@@ -1,8 +1,16 @@
-"""The soak's view-latency figures: probes count from the first one the view showed, never before."""
+"""The soak's figures: probes count from the first one the view showed, never before; what a service's
+resident size adds up."""
 
 import math
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
 
 from bench.soak import _view_latency, latency_by_minute, slope_mib_per_hour
+from bench.stack import is_jvm_fork, members
 
 
 def test_probes_sent_before_the_view_first_showed_one_are_left_out_as_start_up() -> None:
@@ -39,3 +47,35 @@ def test_the_views_latency_is_also_shown_per_minute_of_the_soak_by_when_each_pro
         "  views latency, minute 1: p50 8.0 s, p95 8.0 s, of 3 seen",  # lags 6, 8, 10, taken as the totals
         "  views latency, minute 2: p50 30.0 s, p95 30.0 s, of 1 seen",
     ]
+
+
+@pytest.mark.parametrize(
+    ("exe", "parent_exe", "fork"),
+    [
+        pytest.param("/usr/lib/jvm/bin/java", "/usr/lib/jvm/bin/java", True, id="a-jvm-fork-before-its-command"),
+        pytest.param("/usr/lib/jvm/lib/jspawnhelper", "/usr/lib/jvm/bin/java", False, id="the-command-it-ran"),
+        pytest.param("/venv/bin/python", "/venv/bin/python", False, id="a-python-worker-forked-by-its-daemon"),
+        pytest.param("/usr/lib/jvm/bin/java", None, False, id="a-jvm-whose-parent-is-gone"),
+    ],
+)
+def test_only_a_jvms_fork_that_has_not_run_its_command_is_left_out(
+    exe: str, parent_exe: str | None, fork: bool
+) -> None:
+    assert is_jvm_fork(exe, parent_exe) is fork
+
+
+def test_a_services_forked_python_children_count_in_its_resident_size() -> None:
+    # As Spark's Python daemon forks its workers: the same executable as the parent, each one counted.
+    code = "import os, time\nif os.fork() == 0:\n    time.sleep(30)\nelse:\n    time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        proc = psutil.Process(parent.pid)
+        deadline = time.monotonic() + 10
+        while not proc.children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [m.pid for m in members(proc)] == [parent.pid, proc.children()[0].pid]
+    finally:
+        for child in psutil.Process(parent.pid).children():
+            child.kill()
+        parent.kill()
+        parent.wait()

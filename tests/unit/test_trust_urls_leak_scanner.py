@@ -68,11 +68,24 @@ def test_a_planted_string_in_an_lz4_compressed_spark_state_file_is_found(tmp_pat
     assert [(m.where.endswith("(decompressed)"), m.found) for m in result.leaks] == [(True, PLANTED_TOKEN)]
 
 
-def test_a_planted_string_across_two_read_chunks_is_found_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+PACKED_IP = ipaddress.IPv4Address(IP).packed
+
+
+@pytest.mark.parametrize(
+    ("at", "found", "form"),
+    [
+        pytest.param(50, PLANTED_EMAIL.encode(), "needle", id="a-needle-the-chunk-boundary-cuts"),
+        pytest.param(62, PACKED_IP, "packed-be", id="a-packed-ip-the-chunk-boundary-cuts"),
+        pytest.param(54, PACKED_IP, "packed-be", id="a-packed-ip-in-the-bytes-both-chunks-read"),
+        pytest.param(48, IP.encode(), "text", id="an-ip-as-text-in-the-bytes-both-chunks-read"),
+    ],
+)
+def test_a_match_near_a_read_chunks_end_is_found_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int, found: bytes, form: str
+) -> None:
     monkeypatch.setattr(leaks, "CHUNK", 64)
-    (tmp_path / "big.log").write_bytes(b"x" * 50 + PLANTED_EMAIL.encode() + b"y" * 200)
-    result = scan(tmp_path)
-    assert [(m.offset, m.found) for m in result.leaks] == [(50, PLANTED_EMAIL)]
+    (tmp_path / "big.log").write_bytes(b"x" * at + found + b"y" * 200)
+    assert [(m.offset, m.form) for m in scan(tmp_path).leaks] == [(at, form)]
 
 
 def test_scan_at_rest_searches_the_files_for_the_needles_it_is_given(tmp_path: Path) -> None:
@@ -108,7 +121,7 @@ SOAK_IP = "198.51.100.101"
 # digits kept as LZ4 literals, then the token byte 0xc6; "ed3" + 0xc6 is SOAK_IP packed little-endian.
 # Zeros around it: low entropy, so only where it lies can make it chance.
 HEX_BESIDE_TOKEN = bytes(64) + b"0a9e1c5b-ced3\xc6" + bytes(64)
-BATCH_HEADER = 61  # bytes of a v2 record batch before its records
+RECORDS_START = 61  # bytes of a v2 record batch before its records
 
 
 def record_batch(records: bytes, *, base_offset: int, codec: int = 0) -> bytes:
@@ -154,7 +167,7 @@ def test_a_packed_ip_in_a_truncated_last_batch_of_a_kafka_log_segment_is_a_leak(
     torn = record_batch(HEX_BESIDE_TOKEN, base_offset=1, codec=3)[:-20]  # the broker stopped while writing it
     log_segment(tmp_path, LZ4_BATCH, torn)
     result = scan(tmp_path, ip=SOAK_IP, kafka_decoded=True)
-    at = BATCH_HEADER + HEX_BESIDE_TOKEN.index(b"ed3\xc6")
+    at = RECORDS_START + HEX_BESIDE_TOKEN.index(b"ed3\xc6")
     assert [m.offset for m in result.chance] == [at]
     assert [(m.offset, m.form) for m in result.leaks] == [(len(LZ4_BATCH) + at, "packed-le")]
 
