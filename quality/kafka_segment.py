@@ -24,7 +24,7 @@ from pathlib import Path
 from struct import Struct
 
 BATCH_HEADER = Struct(">qiibIhiqqqhii")
-LENGTH_FIELDS = 12  # baseOffset and batchLength: batchLength counts the bytes after them
+LOG_OVERHEAD = 12  # bytes of baseOffset and batchLength (Kafka's name): batchLength counts the bytes after them
 MAGIC_V2 = 2
 CODEC_MASK = 0x7
 KNOWN_CODECS = range(5)  # none, gzip, snappy, lz4, zstd
@@ -54,7 +54,7 @@ def compressed_payloads(path: Path, base_offset: int) -> list[tuple[int, int]]:
             if len(header) < BATCH_HEADER.size:  # the file's end, or a header cut short
                 break
             first, length, _epoch, magic, _crc, attributes, last_delta, *_ = BATCH_HEADER.unpack(header)
-            end = start + LENGTH_FIELDS + length
+            end = start + LOG_OVERHEAD + length
             codec = attributes & CODEC_MASK
             parsed = magic == MAGIC_V2 and first >= next_offset and last_delta >= 0 and codec in KNOWN_CODECS
             if not parsed or not start + BATCH_HEADER.size <= end <= size:

@@ -193,7 +193,7 @@ def _head(path: Path) -> bytes:
         return f.read(len(LZ4_BLOCK_MAGIC))
 
 
-def _encoded(path: Path, *, lz4: bool, kafka_decoded: bool) -> list[tuple[int, int]]:
+def _chance_ranges(path: Path, *, lz4: bool, kafka_decoded: bool) -> list[tuple[int, int]]:
     """The byte ranges ``[start, end)`` of ``path`` in which a packed form is chance, not a leak."""
     # Parquet's and lz4-java's files are searched again decoded (every value; the blocks decompressed); their
     # encoded bytes can be regular without being text: bit-packed runs of close numbers spell any 4 bytes sooner
@@ -205,9 +205,8 @@ def _encoded(path: Path, *, lz4: bool, kafka_decoded: bool) -> list[tuple[int, i
     if lz4 or path.suffix in (".parquet", ROCKSDB_TABLE_SUFFIX):
         return [(0, 2**63)]  # the whole file
     # Kafka's log segments: the same LZ4 literals in the records of lz4-compressed batches (a 30-minute soak:
-    # byte 8,667,344 of pageviews-1's segment, attributes 0x0003, 0 matches in the decoded records). Only the
-    # compressed batches' records, and only if the caller reads the topics decoded (scan_kafka): else nothing
-    # would check them. Uncompressed batches and bytes past the last batch that parses are judged as any file.
+    # byte 8,667,344 of pageviews-1's segment, attributes 0x0003, 0 matches in the decoded records): only the
+    # compressed batches' records, and only with ``kafka_decoded`` (the module's docstring says why).
     base_offset = segment_base_offset(path)
     if base_offset is None or not kafka_decoded:
         return []
@@ -225,14 +224,14 @@ def scan_files(
 ) -> None:
     """Every byte of every regular file under ``root``, in overlapping chunks.
 
-    ``kafka_decoded`` says the caller searches every topic decoded (``scan_kafka``), so that a packed form in
-    the records of a compressed batch of a Kafka log segment is a chance match; without it, a leak.
+    ``kafka_decoded``: the caller also searches every topic decoded (``scan_kafka``), which makes a packed
+    form in a compressed batch of a Kafka log segment a chance match (the module's docstring).
     """
     overlap = max(16, needles.longest)  # a match cut by a chunk boundary is whole in the next chunk
     for path in _files(root):
         result.files += 1
         lz4 = path.stat().st_size > len(LZ4_BLOCK_MAGIC) and _head(path) == LZ4_BLOCK_MAGIC
-        encoded = _encoded(path, lz4=lz4, kafka_decoded=kafka_decoded)
+        ranges = _chance_ranges(path, lz4=lz4, kafka_decoded=kafka_decoded)
         with open(path, "rb") as f:
             offset, tail = 0, b""
             while chunk := f.read(CHUNK):
@@ -240,8 +239,9 @@ def scan_files(
                 leaks, chance = find_in_bytes(data, ips, str(path), base=offset - len(tail), needles=needles)
                 # LZ4 leaves hex text as literals beside binary tokens ("fd3" + 0xc6 packs 198.51.100.102): a
                 # packed form in encoded bytes is chance whatever the entropy; the decoded search is the test.
-                chance += [m for m in leaks if _packed_within(encoded, m)]
-                leaks = [m for m in leaks if not _packed_within(encoded, m)]
+                encoded = [_packed_within(ranges, m) for m in leaks]
+                chance += [m for m, is_chance in zip(leaks, encoded, strict=True) if is_chance]
+                leaks = [m for m, is_chance in zip(leaks, encoded, strict=True) if not is_chance]
                 # A match wholly in the tail was counted with the chunk before; one the chunk boundary cut was not.
                 result.leaks += [m for m in leaks if m.offset + m.size > offset]
                 result.chance += [m for m in chance if m.offset + m.size > offset]
@@ -367,11 +367,8 @@ def scan_at_rest(
     needles: Iterable[str] = (),
 ) -> ScanResult:
     """Search everything under ``home`` (and the topics of a running broker, read to the end
-    within ``kafka_timeout`` seconds) for ``ips`` and ``needles``.
-
-    The topics' decoded records are what make a packed form in a compressed batch of a log segment a
-    chance match (``scan_kafka`` raises if it cannot read them all). Without ``kafka_servers`` no topic
-    is read, so such a packed form is a leak: nothing else would check it."""
+    within ``kafka_timeout`` seconds) for ``ips`` and ``needles``; without ``kafka_servers``, a packed
+    form in a compressed batch of a log segment is a leak (the module's docstring)."""
     result = ScanResult()
     planted = Needles.of(needles)
     scan_files(home, ips, result, needles=planted, kafka_decoded=bool(kafka_servers))
