@@ -31,6 +31,7 @@ from bench.ingest import ramp
 from bench.loadgen import Run, http_post, run_open_loop, summary
 from bench.report import Figure, print_figures
 from bench.stack import members, rss_by_service, tally
+from ops.processes import Supervisor
 from ops.stack import stack_env
 from quality.leaks import Match, scan_at_rest
 from tally.settings import PROJECT_ROOT
@@ -118,8 +119,8 @@ def views_parts(home: Path) -> dict[str, float]:
     """The views job's resident MiB split into its parts, to see which one grows: the Python driver
     (``jobs`` and its foreachBatch code), the Spark JVM, and the Python workers the JVM starts."""
     parts: dict[str, float] = {}
-    with contextlib.suppress(psutil.Error, ValueError, OSError):  # the job may restart meanwhile
-        driver = psutil.Process(json.loads((home / "run" / "views.json").read_text())["pid"])
+    with contextlib.suppress(psutil.Error, KeyError):  # the job may restart meanwhile
+        driver = psutil.Process(Supervisor(home).pids()["views"])
         parts["views (Python driver)"] = driver.memory_info().rss / 2**20
         for child in members(driver)[1:]:
             with contextlib.suppress(psutil.Error):

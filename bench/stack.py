@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import subprocess
@@ -21,6 +20,7 @@ import psutil
 from deltalake import DeltaTable
 
 from bench.report import Figure, print_figures
+from ops.processes import Supervisor
 from ops.stack import stack_env
 
 
@@ -59,14 +59,14 @@ def members(proc: psutil.Process) -> list[psutil.Process]:
 def rss_by_service(home: Path) -> dict[str, float]:
     """Resident MiB per running service, each including its children (uvicorn workers, Spark JVM)."""
     out = {}
-    for pid_file in sorted((home / "run").glob("*.json")):
+    for name, pid in Supervisor(home).pids().items():
         total = 0
-        with contextlib.suppress(psutil.Error, ValueError, OSError):  # a process may end meanwhile
-            for member in members(psutil.Process(json.loads(pid_file.read_text())["pid"])):
+        with contextlib.suppress(psutil.Error):  # a process may end meanwhile
+            for member in members(psutil.Process(pid)):
                 with contextlib.suppress(psutil.Error):
                     total += member.memory_info().rss
         if total:
-            out[pid_file.stem] = total / 2**20
+            out[name] = total / 2**20
     return out
 
 

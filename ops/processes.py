@@ -157,6 +157,10 @@ class Supervisor:
         """Names of the services with a PID file: started and not stopped (running, crashed or given up)."""
         return sorted(p.stem for p in self.run_dir.glob("*.json"))
 
+    def pids(self) -> dict[str, int]:
+        """Name -> PID of each service with a readable PID file, whether its process still runs or not."""
+        return {name: record.pid for name in self.recorded() if (record := self.record(name)) is not None}
+
     def write(self, name: str, record: Record) -> None:
         """Replace a service's PID file (atomically: a reader never sees half a record)."""
         path = self._pid_file(name)

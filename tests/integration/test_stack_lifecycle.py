@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from ops.processes import port_in_use
+from ops.processes import Supervisor, port_in_use
 from ops.stack import stack_env
 from tests.integration.conftest import wait_for
 
@@ -33,9 +32,9 @@ def tally(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.C
 def recorded_processes(home: Path) -> list[psutil.Process]:
     """Every live process the PID files name, with all their children."""
     found = []
-    for pid_file in (home / "run").glob("*.json"):
+    for pid in Supervisor(home).pids().values():
         try:
-            proc = psutil.Process(json.loads(pid_file.read_text())["pid"])
+            proc = psutil.Process(pid)
             found += [proc, *proc.children(recursive=True)]
         except psutil.NoSuchProcess:
             continue
@@ -47,10 +46,6 @@ def logged_since(log: Path, offset: int, line: str) -> bool:
     with log.open("rb") as f:
         f.seek(offset)
         return line.encode() in f.read()
-
-
-def service_pid_files(home: Path) -> dict[str, int]:
-    return {f.stem: json.loads(f.read_text())["pid"] for f in (home / "run").glob("*.json")}
 
 
 def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
@@ -68,13 +63,13 @@ def test_up_twice_starts_one_stack_and_down_leaves_nothing(tmp_path: Path) -> No
         assert first.returncode == 0, first.stderr
         assert "dashboard: http://127.0.0.1:" in first.stdout
         procs += recorded_processes(tmp_path / "home")
-        service_pids = service_pid_files(tmp_path / "home")
+        service_pids = Supervisor(tmp_path / "home").pids()
         assert set(service_pids) == {"broker", "ingest", "archiver", "views", "dashboard", "api", "watchdog"}
 
         second = tally(env, "up")
         assert second.returncode == 0, second.stderr
         assert "already running" in second.stderr
-        assert service_pid_files(tmp_path / "home") == service_pids  # the same processes, none added
+        assert Supervisor(tmp_path / "home").pids() == service_pids  # the same processes, none added
 
         status = tally(env, "status")
         assert "RESTARTS" in status.stdout.splitlines()[0]
@@ -95,7 +90,7 @@ def test_up_twice_starts_one_stack_and_down_leaves_nothing(tmp_path: Path) -> No
             240,
             "the archiver and the views job, killed, to be started again by the watchdog and log that they run",
         )
-        assert all(service_pid_files(tmp_path / "home")[s] != service_pids[s] for s in KILLED)
+        assert all(Supervisor(tmp_path / "home").pids()[s] != service_pids[s] for s in KILLED)
         status = tally(env, "status")
         for service in KILLED:
             row = next(line.split() for line in status.stdout.splitlines() if line.startswith(service))

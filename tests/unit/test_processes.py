@@ -63,6 +63,16 @@ def test_a_pid_file_of_an_older_version_reads_as_never_restarted(tmp_path: Path)
     assert record is not None and record.restarts == 0 and record.crashes == () and record.gave_up == ""
 
 
+def test_the_pids_of_the_recorded_services_leave_out_an_unreadable_pid_file(tmp_path: Path) -> None:
+    supervisor = Supervisor(tmp_path)
+    supervisor.run_dir.mkdir(parents=True)
+    (supervisor.run_dir / "gone.json").write_text(
+        '{"pid": 4194304, "created": 0, "port": null, "log": "x", "command": []}'
+    )
+    (supervisor.run_dir / "torn.json").write_text('{"pid": 1, "created"')
+    assert supervisor.pids() == {"gone": 4194304}  # whether its process still runs or not
+
+
 def test_a_batch_service_runs_niced_with_its_children_under_the_same_pid(tmp_path: Path) -> None:
     supervisor = Supervisor(tmp_path)
     base = psutil.Process().nice()
