@@ -2,11 +2,13 @@
 
 The 1-minute view is written by every micro-batch, so it is the low-latency one. Rolling the
 coarser grains up after every batch would triple each batch's Delta commits, so the traffic
-query only collects the minutes it touched, and the job's main thread rolls them up at most
-every ``spark.rollup_seconds``, concurrently with the queries. The collected range is kept in a
-journal beside the checkpoints (:class:`PendingJournal`), written before the traffic batch
-commits, so a crash cannot lose it: a freshly started job re-rolls the journal's range, plus the
-windows still inside the watermark of the newest minute in the table.
+query only collects the minutes it touched, and the job's main thread rolls them up,
+concurrently with the queries, on two clocks (:class:`Schedule`): the 5-minute realtime windows
+at most every ``spark.rollup_seconds``, the hours and days (the reports) at most every
+``spark.hours_rollup_seconds``. Each keeps the range it has not rolled up yet in a journal beside
+the checkpoints (:class:`PendingJournal`), written before the traffic batch commits, so a crash
+cannot lose it: a freshly started job re-rolls the journal's range, plus the windows still
+inside the watermark of the newest minute in the table.
 
 The watermark alone is not enough: one batch of a backlog (a job catching up after a stop)
 writes hours of minutes at once, and a second crash before the first roll-up would lose the
@@ -20,8 +22,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -78,22 +81,32 @@ def read_range(
     return table.where(in_dates & F.col("site_id").isin(sorted(sites)) & in_window)
 
 
-def roll_up(spark: SparkSession, settings: Settings, touched: Touched) -> None:
-    """Recompute the hours, days and hopping windows that contain any touched minute."""
+# What a roll-up recomputes: the hours and days (read by the reports), or the 5-minute hopping
+# windows (the dashboard's visitors of the last 5 minutes). Days are rolled from hours, so the two
+# always go together.
+Part = Literal["reports", "realtime"]
+PARTS: tuple[Part, ...] = ("reports", "realtime")
+
+
+def roll_up(spark: SparkSession, settings: Settings, touched: Touched, parts: Iterable[Part] = PARTS) -> None:
+    """Recompute the hours and days (``reports``) and the hopping windows (``realtime``) that
+    contain any touched minute."""
     lo, hi = touched.first, touched.last
-    hour_lo, hour_hi = truncate(lo, "hour"), truncate(hi, "hour") + dt.timedelta(hours=1)
-    hours = traffic.roll_up(read_range(TRAFFIC_1M, settings, spark, touched.sites, hour_lo, hour_hi), "hour")
-    upsert(hours, TRAFFIC_1H, settings, dates=days_between(lo, hi), within=("window_start", hour_lo, hour_hi))
-    day_lo, day_hi = truncate(lo, "day"), truncate(hi, "day") + dt.timedelta(days=1)
-    days = traffic.roll_up(read_range(TRAFFIC_1H, settings, spark, touched.sites, day_lo, day_hi), "day")
-    upsert(days, TRAFFIC_1D, settings, dates=days_between(lo, hi), within=("window_start", day_lo, day_hi))
-    # Hopping windows holding a touched minute start up to 4 minutes before it.
-    first, last = lo - dt.timedelta(minutes=4), hi + dt.timedelta(minutes=5)
-    around = read_range(TRAFFIC_1M, settings, spark, touched.sites, first, last)
-    active = traffic.active_visitors(around).where(
-        (F.col("window_start") >= F.lit(first)) & (F.col("window_start") <= F.lit(hi))
-    )
-    upsert(active, ACTIVE_5M, settings, dates=days_between(first, hi), within=("window_start", first, hi))
+    if "reports" in parts:
+        hour_lo, hour_hi = truncate(lo, "hour"), truncate(hi, "hour") + dt.timedelta(hours=1)
+        hours = traffic.roll_up(read_range(TRAFFIC_1M, settings, spark, touched.sites, hour_lo, hour_hi), "hour")
+        upsert(hours, TRAFFIC_1H, settings, dates=days_between(lo, hi), within=("window_start", hour_lo, hour_hi))
+        day_lo, day_hi = truncate(lo, "day"), truncate(hi, "day") + dt.timedelta(days=1)
+        days = traffic.roll_up(read_range(TRAFFIC_1H, settings, spark, touched.sites, day_lo, day_hi), "day")
+        upsert(days, TRAFFIC_1D, settings, dates=days_between(lo, hi), within=("window_start", day_lo, day_hi))
+    if "realtime" in parts:
+        # Hopping windows holding a touched minute start up to 4 minutes before it.
+        first, last = lo - dt.timedelta(minutes=4), hi + dt.timedelta(minutes=5)
+        around = read_range(TRAFFIC_1M, settings, spark, touched.sites, first, last)
+        active = traffic.active_visitors(around).where(
+            (F.col("window_start") >= F.lit(first)) & (F.col("window_start") <= F.lit(hi))
+        )
+        upsert(active, ACTIVE_5M, settings, dates=days_between(first, hi), within=("window_start", first, hi))
 
 
 def to_json(touched: Touched | None) -> str:
@@ -154,11 +167,27 @@ class PendingJournal:
 
 
 class Rollups:
-    """Collects touched minutes and rolls them up when due; safe to call from several threads."""
+    """Collects touched minutes and rolls ``parts`` of them up when due (every ``every`` seconds;
+    by default ``spark.rollup_seconds``); safe to call from several threads.
 
-    def __init__(self, settings: Settings, journal: Journal | None = None) -> None:
+    ``recover_also`` are journals of other roll-ups whose ranges a recovery re-rolls too: a range
+    journaled by one but not yet by another (a journal written before this one existed) is not lost.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        journal: Journal | None = None,
+        *,
+        parts: tuple[Part, ...] = PARTS,
+        every: float | None = None,
+        recover_also: tuple[Journal, ...] = (),
+    ) -> None:
         self.settings = settings
         self.journal = journal
+        self.parts = parts
+        self.every = settings.spark.rollup_seconds if every is None else every
+        self.recover_also = recover_also
         self.pending: Touched | None = None
         self.rolling: Touched | None = None  # taken from ``pending`` by the roll-up running now
         self._last_run = 0.0
@@ -172,10 +201,15 @@ class Rollups:
 
     def recover(self, spark: SparkSession) -> None:
         """After a (re)start: schedule every window a crashed run may not have rolled up."""
-        journaled = self.journal.load() if self.journal is not None else None
-        if journaled is not None:
-            self.touch(journaled)
-            log.info("rollups recovering the journal", extra=kv(first=str(journaled.first), last=str(journaled.last)))
+        journals = (self.journal, *self.recover_also) if self.journal is not None else self.recover_also
+        for journal in journals:
+            journaled = journal.load()
+            if journaled is not None:
+                self.touch(journaled)
+                log.info(
+                    "rollups recovering the journal",
+                    extra=kv(parts=",".join(self.parts), first=str(journaled.first), last=str(journaled.last)),
+                )
         uri = self.settings.table_uri(TRAFFIC_1M.table)
         table = find_table(self.settings, TRAFFIC_1M.table)
         if table is None:
@@ -190,7 +224,9 @@ class Rollups:
             return
         lo = found[0] - self.settings.spark.watermark - dt.timedelta(minutes=1)
         self.touch(Touched(frozenset(found[1]), lo, found[0]))
-        log.info("rollups recovering after start", extra=kv(first=str(lo), last=str(found[0])))
+        log.info(
+            "rollups recovering after start", extra=kv(parts=",".join(self.parts), first=str(lo), last=str(found[0]))
+        )
 
     def touch(self, touched: Touched) -> None:
         """Add a range to roll up; it is in the journal when this returns."""
@@ -199,21 +235,21 @@ class Rollups:
             self._save()
 
     def run_if_due(self, spark: SparkSession, *, force: bool = False) -> bool:
-        """Roll up what is pending if ``spark.rollup_seconds`` have passed (or ``force``).
+        """Roll up what is pending if ``every`` seconds have passed since the last roll-up (or ``force``).
 
         The pending range is taken under the lock and rolled up outside it, so the traffic query
         can keep recording minutes meanwhile; if the roll-up fails, the range goes back.
         """
         with self._running:
             with self._lock:
-                due = force or time.monotonic() - self._last_run >= self.settings.spark.rollup_seconds
+                due = force or time.monotonic() - self._last_run >= self.every
                 if self.pending is None or not due:
                     return False
                 touched, self.pending, self.rolling = self.pending, None, self.pending
             began = time.monotonic()
             rolled = False
             try:
-                roll_up(spark, self.settings, touched)
+                roll_up(spark, self.settings, touched, self.parts)
                 rolled = True
             finally:  # the range leaves the journal only once rolled up; if the roll-up failed, it goes back
                 with self._lock:
@@ -225,6 +261,7 @@ class Rollups:
         log.info(
             "rolled up",
             extra=kv(
+                parts=",".join(self.parts),
                 sites=len(touched.sites),
                 first=str(touched.first),
                 last=str(touched.last),
@@ -232,3 +269,34 @@ class Rollups:
             ),
         )
         return True
+
+
+class Schedule:
+    """The views job's roll-ups: the realtime windows every ``spark.rollup_seconds`` and the hours
+    and days every ``spark.hours_rollup_seconds``, each with its own journal.
+
+    The hours and days cost most of a roll-up (the day's hours merged again each time) and on a
+    shared machine their cores come out of the 1-minute view's; the realtime windows are a few
+    site-total rows. The realtime roll-up's recovery re-rolls the reports' journal too, which
+    covers a journal written before the two were split (it held every part).
+    """
+
+    def __init__(self, settings: Settings, journal: Callable[[str], Journal] | None = None) -> None:
+        reports = journal("rollups-pending.json") if journal else None
+        realtime = journal("rollups-realtime-pending.json") if journal else None
+        self.members = (
+            Rollups(settings, realtime, parts=("realtime",), recover_also=(reports,) if reports else ()),
+            Rollups(settings, reports, parts=("reports",), every=settings.spark.hours_rollup_seconds),
+        )
+
+    def recover(self, spark: SparkSession) -> None:
+        for member in self.members:
+            member.recover(spark)
+
+    def touch(self, touched: Touched) -> None:
+        for member in self.members:
+            member.touch(touched)
+
+    def run_if_due(self, spark: SparkSession, *, force: bool = False) -> bool:
+        """Run each roll-up that is due (all with ``force``); True if any ran."""
+        return any([member.run_if_due(spark, force=force) for member in self.members])

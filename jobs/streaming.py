@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from jobs import props, ratelimit, sessions, traffic, vitals
 from jobs.delta_sink import upsert
 from jobs.late import LateEventsListener
-from jobs.rollups import PendingJournal, Rollups, Touched, days_between, read_range, truncate
+from jobs.rollups import PendingJournal, Schedule, Touched, days_between, read_range, truncate
 from jobs.spark import spark_session
 from jobs.views import events_from_kafka
 from tally.log import kv, setup_logging
@@ -182,7 +182,7 @@ def _touched(rows: DataFrame, ts_column: str) -> Touched | None:
     return Touched(frozenset(found[0]), found[1], found[2])
 
 
-def write_traffic(settings: Settings, rollups: Rollups) -> BatchWriter:
+def write_traffic(settings: Settings, rollups: Schedule) -> BatchWriter:
     def write(batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()
         minutes = traffic.with_digests(batch).persist()
@@ -299,7 +299,7 @@ class ViewJob:
     settings: Settings
     queries: list[Any] = field(default_factory=list)
     late: LateEventsListener = field(default_factory=LateEventsListener)
-    rollups: Rollups | None = None
+    rollups: Schedule | None = None
 
     def process_all_available(self) -> None:
         """Block until every query has processed all data available now, then roll up (tests, benches)."""
@@ -332,9 +332,9 @@ def start(settings: Settings, *, checkpoint_root: str | None = None, queries: Co
     (a test of one view), and return them."""
     spark = spark_session(settings, "tally-views", extra=views_spark_config(settings))
     checkpoints = checkpoint_root or default_checkpoints(settings)
-    journal = PendingJournal(spark, f"{checkpoints.rstrip('/')}/rollups-pending.json")
+    rollups = Schedule(settings, lambda name: PendingJournal(spark, f"{checkpoints.rstrip('/')}/{name}"))
     lag_limit = dt.timedelta(minutes=settings.alerts.lag_minutes)
-    job = ViewJob(spark, settings, rollups=Rollups(settings, journal), late=LateEventsListener(lag_limit=lag_limit))
+    job = ViewJob(spark, settings, rollups=rollups, late=LateEventsListener(lag_limit=lag_limit))
     assert job.rollups is not None
     job.rollups.recover(spark)
     spark.streams.addListener(job.late)

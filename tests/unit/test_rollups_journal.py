@@ -4,6 +4,7 @@ tests/integration/test_views_restart.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,8 @@ from typing import Any
 import pytest
 
 import jobs.rollups
-from jobs.rollups import Rollups, Touched, from_json, to_json
-from tally.settings import load_settings
+from jobs.rollups import Rollups, Schedule, Touched, from_json, to_json
+from tally.settings import SettingsError, load_settings
 
 T0 = dt.datetime(2026, 2, 3, 9, 0)
 
@@ -60,7 +61,7 @@ def test_a_range_leaves_the_journal_only_once_rolled_up_and_comes_back_if_the_ro
     rollups = Rollups(settings, journal)
     rolled: list[Touched] = []
 
-    def roll_up(_spark: Any, _settings: Any, touched: Touched) -> None:
+    def roll_up(_spark: Any, _settings: Any, touched: Touched, _parts: Any) -> None:
         # A batch written while the roll-up runs is journaled beside the range being rolled up.
         rollups.touch(minutes(200, 201))
         assert journal.load() == minutes(0, 10).union(minutes(200, 201))
@@ -72,7 +73,7 @@ def test_a_range_leaves_the_journal_only_once_rolled_up_and_comes_back_if_the_ro
     assert rolled == [minutes(0, 10)]
     assert journal.load() == minutes(200, 201), "only what the roll-up did not cover stays"
 
-    def failing(_spark: Any, _settings: Any, _touched: Touched) -> None:
+    def failing(_spark: Any, _settings: Any, _touched: Touched, _parts: Any) -> None:
         raise RuntimeError("executor lost")
 
     monkeypatch.setattr(jobs.rollups, "roll_up", failing)
@@ -85,3 +86,44 @@ def test_the_journal_text_round_trips_and_an_empty_one_means_nothing_pending() -
     touched = minutes(3, 7, "a.test", "b.test")
     assert from_json(to_json(touched)) == touched
     assert from_json(to_json(None)) is None
+
+
+def test_the_realtime_windows_and_the_hours_and_days_roll_up_on_their_own_clocks(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = dataclasses.replace(
+        settings, spark=dataclasses.replace(settings.spark, rollup_seconds=0, hours_rollup_seconds=3600)
+    )
+    journals: dict[str, MemoryJournal] = {}
+    schedule = Schedule(settings, lambda name: journals.setdefault(name, MemoryJournal()))
+    rolled: list[tuple[tuple[str, ...], Touched]] = []
+    monkeypatch.setattr(jobs.rollups, "roll_up", lambda _s, _t, touched, parts: rolled.append((parts, touched)))
+    schedule.touch(minutes(0, 3))
+    assert {name: j.load() for name, j in journals.items()} == {
+        "rollups-pending.json": minutes(0, 3),  # the hours and days: the file every part used to share
+        "rollups-realtime-pending.json": minutes(0, 3),
+    }
+    assert schedule.run_if_due(None, force=True)  # type: ignore[arg-type]
+    assert sorted(rolled) == sorted([(("realtime",), minutes(0, 3)), (("reports",), minutes(0, 3))])
+    rolled.clear()
+    schedule.touch(minutes(3, 4))
+    assert schedule.run_if_due(None)  # type: ignore[arg-type]
+    assert rolled == [(("realtime",), minutes(3, 4))], "the hours and days wait for their own clock"
+    assert journals["rollups-pending.json"].load() == minutes(3, 4), "and keep their range journaled meanwhile"
+    assert journals["rollups-realtime-pending.json"].load() is None
+
+
+def test_the_realtime_recovery_re_rolls_what_the_hours_and_days_journal_holds(settings: Any) -> None:
+    """A journal written before the split held every part under the reports' file name."""
+    journals = {"rollups-pending.json": MemoryJournal()}
+    journals["rollups-pending.json"].save(minutes(0, 56))
+    schedule = Schedule(settings, lambda name: journals.setdefault(name, MemoryJournal()))
+    schedule.recover(None)  # type: ignore[arg-type]
+    assert [member.pending for member in schedule.members] == [minutes(0, 56), minutes(0, 56)]
+    assert {member.parts for member in schedule.members} == {("realtime",), ("reports",)}
+
+
+@pytest.mark.parametrize("name", ["rollup_seconds", "hours_rollup_seconds"])
+def test_a_negative_roll_up_interval_is_refused(settings: Any, name: str) -> None:
+    with pytest.raises(SettingsError, match=f"spark.{name}"):
+        dataclasses.replace(settings.spark, **{name: -1})
