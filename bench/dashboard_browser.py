@@ -41,6 +41,7 @@ from ops import broker
 from ops.access_commands import ensure_admin
 from ops.processes import Service, Supervisor
 from ops.stack import free_ports, services
+from tally import chromium
 from tally.log import setup_logging
 from tally.settings import PROJECT_ROOT, Settings, load_settings
 
@@ -48,15 +49,6 @@ RANGES = {"today": "today", "7 days": "7d", "90 days": "90d"}  # figure name -> 
 GOALS = {"warm 90 days": "≤ 1,000 ms", "first load, 90 days": "≤ 2,500 ms", "filter change": "≤ 1,500 ms"}
 SAMPLES = 6  # warm loads per range, range changes and filter changes in one run
 WAIT_MS = 180_000  # a page that takes longer than this is broken, not slow
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
 ARTIFACTS = PROJECT_ROOT / "test-artifacts"
 METHOD = (
     "The real dashboard process (`streamlit run dashboard/server.py`) and the bundled broker on free ports over"
@@ -280,12 +272,12 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
         broker.wait_until_ready(settings.kafka.servers)
         broker.ensure_topics(settings)
         with sync_playwright() as p:
-            chromium = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            browser = p.chromium.launch(executable_path=chromium.EXECUTABLE, args=list(chromium.ARGS))
             try:
-                figures += floor(chromium, settings, supervisor, runs)
+                figures += floor(browser, settings, supervisor, runs)
                 for name, preset in RANGES.items():
                     with running_dashboard(settings, supervisor) as base:
-                        context = chromium.new_context(viewport={"width": 1400, "height": 1600})
+                        context = browser.new_context(viewport={"width": 1400, "height": 1600})
                         log_in(context, base, admin.password)
                         first, warm = loads(context, page_url(base, preset), runs)
                         figures.append(
@@ -296,7 +288,7 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
                             figures += changes(context, base, runs)
                         context.close()
             finally:
-                chromium.close()
+                browser.close()
     finally:
         supervisor.stop("dashboard")
         supervisor.stop("broker")

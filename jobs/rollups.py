@@ -3,7 +3,7 @@
 The 1-minute view is written by every micro-batch, so it is the low-latency one. Rolling the
 coarser grains up after every batch would triple each batch's Delta commits, so the traffic
 query only collects the minutes it touched, and the job's main thread rolls them up,
-concurrently with the queries, on two clocks (:class:`Schedule`): the 5-minute realtime windows
+concurrently with the queries, on two clocks (:class:`ViewRollups`): the 5-minute realtime windows
 at most every ``spark.rollup_seconds``, the hours and days (the reports) at most every
 ``spark.hours_rollup_seconds``. Each keeps the range it has not rolled up yet in a journal beside
 the checkpoints (:class:`PendingJournal`), written before the traffic batch commits, so a crash
@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -88,7 +88,7 @@ Part = Literal["reports", "realtime"]
 PARTS: tuple[Part, ...] = ("reports", "realtime")
 
 
-def roll_up(spark: SparkSession, settings: Settings, touched: Touched, parts: Iterable[Part] = PARTS) -> None:
+def roll_up(spark: SparkSession, settings: Settings, touched: Touched, parts: Collection[Part] = PARTS) -> None:
     """Recompute the hours and days (``reports``) and the hopping windows (``realtime``) that
     contain any touched minute."""
     lo, hi = touched.first, touched.last
@@ -122,6 +122,26 @@ def from_json(text: str) -> Touched | None:
         return None
     first, last = dt.datetime.fromisoformat(found["first"]), dt.datetime.fromisoformat(found["last"])
     return Touched(frozenset(found["sites"]), first, last)
+
+
+def recent_minutes(spark: SparkSession, settings: Settings) -> Touched | None:
+    """The minutes a restarted job re-rolls whatever its journals say: those still inside the watermark
+    of the newest minute in ``agg.traffic_1m`` (None when the table has none). This runs a Spark job."""
+    table = find_table(settings, TRAFFIC_1M.table)
+    if table is None:
+        return None
+    dates = {p["event_date"] for p in table.partitions()}
+    if not dates:
+        return None
+    newest = max(dates)
+    uri = settings.table_uri(TRAFFIC_1M.table)
+    recent = spark.read.format("delta").load(uri).where(F.col("event_date") == F.lit(newest))
+    found = recent.agg(F.max("window_start"), F.collect_set("site_id")).first()
+    if found is None or found[0] is None:
+        return None
+    lo = found[0] - settings.spark.watermark - dt.timedelta(minutes=1)
+    log.info("rollups recovering after start", extra=kv(first=str(lo), last=str(found[0])))
+    return Touched(frozenset(found[1]), lo, found[0])
 
 
 class Journal(Protocol):
@@ -201,6 +221,13 @@ class Rollups:
 
     def recover(self, spark: SparkSession) -> None:
         """After a (re)start: schedule every window a crashed run may not have rolled up."""
+        self.recover_journals()
+        recent = recent_minutes(spark, self.settings)
+        if recent is not None:
+            self.touch(recent)
+
+    def recover_journals(self) -> None:
+        """Schedule the ranges the journals hold (this roll-up's own, then ``recover_also``)."""
         journals = (self.journal, *self.recover_also) if self.journal is not None else self.recover_also
         for journal in journals:
             journaled = journal.load()
@@ -210,23 +237,6 @@ class Rollups:
                     "rollups recovering the journal",
                     extra=kv(parts=",".join(self.parts), first=str(journaled.first), last=str(journaled.last)),
                 )
-        uri = self.settings.table_uri(TRAFFIC_1M.table)
-        table = find_table(self.settings, TRAFFIC_1M.table)
-        if table is None:
-            return
-        dates = {p["event_date"] for p in table.partitions()}
-        if not dates:
-            return
-        newest = max(dates)
-        recent = spark.read.format("delta").load(uri).where(F.col("event_date") == F.lit(newest))
-        found = recent.agg(F.max("window_start"), F.collect_set("site_id")).first()
-        if found is None or found[0] is None:
-            return
-        lo = found[0] - self.settings.spark.watermark - dt.timedelta(minutes=1)
-        self.touch(Touched(frozenset(found[1]), lo, found[0]))
-        log.info(
-            "rollups recovering after start", extra=kv(parts=",".join(self.parts), first=str(lo), last=str(found[0]))
-        )
 
     def touch(self, touched: Touched) -> None:
         """Add a range to roll up; it is in the journal when this returns."""
@@ -271,7 +281,7 @@ class Rollups:
         return True
 
 
-class Schedule:
+class ViewRollups:
     """The views job's roll-ups: the realtime windows every ``spark.rollup_seconds`` and the hours
     and days every ``spark.hours_rollup_seconds``, each with its own journal.
 
@@ -282,21 +292,39 @@ class Schedule:
     """
 
     def __init__(self, settings: Settings, journal: Callable[[str], Journal] | None = None) -> None:
-        reports = journal("rollups-pending.json") if journal else None
-        realtime = journal("rollups-realtime-pending.json") if journal else None
+        reports = journal("rollups-pending.json") if journal is not None else None
+        realtime = journal("rollups-realtime-pending.json") if journal is not None else None
         self.members = (
-            Rollups(settings, realtime, parts=("realtime",), recover_also=(reports,) if reports else ()),
+            Rollups(settings, realtime, parts=("realtime",), recover_also=(reports,) if reports is not None else ()),
             Rollups(settings, reports, parts=("reports",), every=settings.spark.hours_rollup_seconds),
         )
 
     def recover(self, spark: SparkSession) -> None:
+        """After a (re)start: every roll-up schedules its journals' ranges and the recent minutes
+        (read once for both)."""
         for member in self.members:
-            member.recover(spark)
+            member.recover_journals()
+        recent = recent_minutes(spark, self.members[0].settings)
+        if recent is not None:
+            self.touch(recent)
 
     def touch(self, touched: Touched) -> None:
+        """Add a range to every roll-up; it is in both journals when this returns."""
         for member in self.members:
             member.touch(touched)
 
     def run_if_due(self, spark: SparkSession, *, force: bool = False) -> bool:
-        """Run each roll-up that is due (all with ``force``); True if any ran."""
-        return any([member.run_if_due(spark, force=force) for member in self.members])
+        """Run each roll-up that is due (all with ``force``); True if any ran.
+
+        One that fails does not hold the other up (its range stays journaled); the first failure
+        is raised once both have had their turn.
+        """
+        ran, failures = False, []
+        for member in self.members:
+            try:
+                ran = member.run_if_due(spark, force=force) or ran
+            except Exception as e:  # raised below, once the other roll-up has had its turn
+                failures.append(e)
+        if failures:
+            raise failures[0]
+        return ran

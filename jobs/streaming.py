@@ -17,31 +17,25 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Producer
 from prometheus_client import start_http_server
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from jobs import props, ratelimit, sessions, traffic, vitals
-from jobs.delta_sink import upsert
+from jobs.batch_writers import BatchWriter, write_props, write_ratelimit, write_sessions, write_traffic, write_vitals
 from jobs.late import LateEventsListener
-from jobs.rollups import PendingJournal, Schedule, Touched, days_between, read_range, truncate
+from jobs.rollups import PendingJournal, ViewRollups
 from jobs.spark import spark_session
 from jobs.views import events_from_kafka
 from tally.log import kv, setup_logging
 from tally.settings import Settings, load_settings
 from tally.spans import spark_interval
-from tally.tables import PROPS_1D, RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H, VITALS_1H
 
 log = logging.getLogger("tally.jobs.streaming")
-
-BatchWriter = Callable[[DataFrame, int], None]
 
 # Spark runs the jobs of the five queries and of the roll-ups first come, first served, so a
 # batch of the 1-minute view (what "realtime" shows) could queue behind a roll-up's MERGE. With
@@ -174,123 +168,6 @@ def kafka_events(
     )
 
 
-def _touched(rows: DataFrame, ts_column: str) -> Touched | None:
-    """Sites and the first/last timestamp a batch touched, or None for an empty batch."""
-    found = rows.agg(F.collect_set("site_id"), F.min(ts_column), F.max(ts_column)).first()
-    if found is None or found[1] is None:
-        return None
-    return Touched(frozenset(found[0]), found[1], found[2])
-
-
-def write_traffic(settings: Settings, rollups: Schedule) -> BatchWriter:
-    def write(batch: DataFrame, batch_id: int) -> None:
-        began = time.monotonic()
-        minutes = traffic.with_digests(batch).persist()
-        try:
-            touched = _touched(minutes, "window_start")
-            if touched is None:
-                return
-            computed = time.monotonic()
-            window = ("window_start", touched.first, touched.last)
-            upsert(minutes, TRAFFIC_1M, settings, dates=days_between(touched.first, touched.last), within=window)
-            rollups.touch(touched)
-            log.info(
-                "traffic batch written",
-                extra=kv(
-                    batch_id=batch_id,
-                    first=str(touched.first),
-                    last=str(touched.last),
-                    compute_s=round(computed - began, 1),
-                    merge_s=round(time.monotonic() - computed, 1),
-                ),
-            )
-        finally:
-            minutes.unpersist()
-
-    return write
-
-
-def write_sessions(settings: Settings) -> BatchWriter:
-    def write(batch: DataFrame, batch_id: int) -> None:
-        spark = batch.sparkSession
-        touched = _touched(batch, "session_start")
-        if touched is None:
-            return
-        sites, lo, hi = touched.sites, touched.first, touched.last
-        upsert(batch, SESSIONS, settings, dates=days_between(lo, hi), within=("session_start", lo, hi))
-        for grain, spec, step in (("hour", VISITS_1H, dt.timedelta(hours=1)), ("day", VISITS_1D, dt.timedelta(days=1))):
-            first, last = truncate(lo, grain), truncate(hi, grain) + step
-            span = read_range(SESSIONS, settings, spark, sites, first, last, "session_start")
-            upsert(sessions.visits(span, grain), spec, settings, dates=days_between(lo, hi))  # type: ignore[arg-type]
-        log.info("sessions batch written", extra=kv(batch_id=batch_id, sites=len(sites)))
-
-    return write
-
-
-def write_ratelimit(settings: Settings) -> BatchWriter:
-    lowest_limit = min(
-        [settings.client_limit(s) for s in settings.sites] + [settings.ratelimit.client_pageviews_per_hour]
-    )
-
-    producers: list[Producer] = []
-
-    def write(batch: DataFrame, batch_id: int) -> None:
-        touched = _touched(batch, "window_start")
-        if touched is None:
-            return
-        lo, hi = touched.first, touched.last
-        upsert(batch, RATELIMIT, settings, dates=days_between(lo, hi), within=("window_start", lo, hi))
-        heavy = batch.where(F.col("pageviews") > lowest_limit).select(
-            "site_id", "client_hash", "pageviews", F.unix_millis("window_end")
-        )
-        now_ms = int(time.time() * 1000)
-        blocks = ratelimit.over_limit([tuple(r) for r in heavy.collect()], settings, now_ms=now_ms)  # type: ignore[misc]
-        if blocks and not producers:  # connect only once there is something to publish
-            producers.append(Producer({**settings.kafka.client_config(), "enable.idempotence": True}))
-        for block in blocks:
-            key, value = block.record()
-            producers[0].produce(settings.kafka.ratelimit_topic, key=key, value=value)
-            log.warning(
-                "client blocked by rate limit",
-                extra=kv(
-                    site=block.site_id, client=block.client_hash[:12], pageviews=block.pageviews, limit=block.limit
-                ),
-            )
-        if blocks:
-            producers[0].flush(10)
-
-    return write
-
-
-def write_props(settings: Settings) -> BatchWriter:
-    def write(batch: DataFrame, batch_id: int) -> None:
-        touched = _touched(batch, "window_start")
-        if touched is None:
-            return
-        lo, hi = touched.first, touched.last
-        upsert(batch, PROPS_1D, settings, dates=days_between(lo, hi), within=("window_start", lo, hi))
-        log.info("props batch written", extra=kv(batch_id=batch_id, sites=len(touched.sites)))
-
-    return write
-
-
-def write_vitals(settings: Settings) -> BatchWriter:
-    def write(batch: DataFrame, batch_id: int) -> None:
-        # The digests are built once, here, for the MERGE's two reads of its source.
-        hours = vitals.with_digests(batch).persist()
-        try:
-            touched = _touched(hours, "window_start")
-            if touched is None:
-                return
-            lo, hi = touched.first, touched.last
-            upsert(hours, VITALS_1H, settings, dates=days_between(lo, hi), within=("window_start", lo, hi))
-            log.info("vitals batch written", extra=kv(batch_id=batch_id, sites=len(touched.sites)))
-        finally:
-            hours.unpersist()
-
-    return write
-
-
 @dataclass
 class ViewJob:
     """The running view queries of one Spark session, and the late-events listener they report to."""
@@ -299,7 +176,7 @@ class ViewJob:
     settings: Settings
     queries: list[Any] = field(default_factory=list)
     late: LateEventsListener = field(default_factory=LateEventsListener)
-    rollups: Schedule | None = None
+    rollups: ViewRollups | None = None
 
     def process_all_available(self) -> None:
         """Block until every query has processed all data available now, then roll up (tests, benches)."""
@@ -332,7 +209,7 @@ def start(settings: Settings, *, checkpoint_root: str | None = None, queries: Co
     (a test of one view), and return them."""
     spark = spark_session(settings, "tally-views", extra=views_spark_config(settings))
     checkpoints = checkpoint_root or default_checkpoints(settings)
-    rollups = Schedule(settings, lambda name: PendingJournal(spark, f"{checkpoints.rstrip('/')}/{name}"))
+    rollups = ViewRollups(settings, lambda name: PendingJournal(spark, f"{checkpoints.rstrip('/')}/{name}"))
     lag_limit = dt.timedelta(minutes=settings.alerts.lag_minutes)
     job = ViewJob(spark, settings, rollups=rollups, late=LateEventsListener(lag_limit=lag_limit))
     assert job.rollups is not None

@@ -148,7 +148,7 @@ class SparkSettings:
     watermark: dt.timedelta = dt.timedelta(minutes=10)  # how late an event may be and still count
     session_gap: dt.timedelta = dt.timedelta(minutes=30)  # a visit ends after this much inactivity
     rollup_seconds: float = 30.0  # how often the 5-minute realtime windows are re-rolled from the minutes
-    # How often the hour and day views (what the reports read) are: their roll-up is the costly one,
+    # How often the hour and day views (what the reports read) are re-rolled: their roll-up is the costly one,
     # and its cores come out of the 1-minute view's (docs/OPERATIONS.md, "The views' share of the cores").
     hours_rollup_seconds: float = 60.0
     # A full collection of the views job's heap this often (Spark's spark.cleaner.periodicGC.interval,
@@ -171,7 +171,10 @@ class SparkSettings:
             raise SettingsError(f"spark.views_gc_seconds: {self.views_gc_seconds} must be 1 second or more")
         for name in ("rollup_seconds", "hours_rollup_seconds"):
             if getattr(self, name) < 0:
-                raise SettingsError(f"spark.{name}: {getattr(self, name)} must be 0 (after every batch) or more")
+                raise SettingsError(
+                    f"spark.{name}: {getattr(self, name)} must be 0 (every spark.trigger_seconds, when the"
+                    " views job's main loop wakes) or more"
+                )
         if self.shuffle_partitions < 0:
             raise SettingsError(
                 f"spark.shuffle_partitions: {self.shuffle_partitions} must be 0 (one per local core) or more"

@@ -12,18 +12,10 @@ from pathlib import Path
 import pytest
 
 from ops.stack import stack_env
+from tally import chromium
 from tally.settings import PROJECT_ROOT
 
 ARTIFACTS = PROJECT_ROOT / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
 
 
 @dataclass(frozen=True)
@@ -66,6 +58,6 @@ def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+        launched = p.chromium.launch(executable_path=chromium.EXECUTABLE, args=list(chromium.ARGS))
+        yield launched
+        launched.close()

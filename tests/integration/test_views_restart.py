@@ -19,7 +19,7 @@ import pytest
 from jobs.backfill import backfill
 from ops.processes import Service, Supervisor
 from tally.settings import Settings
-from tally.tables import SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
+from tally.tables import ACTIVE_5M, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
 from tests.faults.reconcile import view_pageviews
 from tests.integration.conftest import wait_for
 from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw
@@ -93,9 +93,14 @@ def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
             complete = functools.partial(lambda t: view_pageviews(iso, t, SITE) == humans, table)
             # Bounded but generous: each restart replays the roll-up journal of four queries on 2 cores.
             wait_for(complete, 420, f"{humans} page views in {table}")
+        # The realtime windows have a roll-up and a journal of their own: every minute is in 5 of them.
+        windows = f"5 x {humans} page views in {ACTIVE_5M.table}"
+        wait_for(lambda: view_pageviews(iso, ACTIVE_5M.table, SITE) == 5 * humans, 120, windows)
     finally:
         supervisor.stop("views-restart")
-    streamed = {spec: view(iso, spec.table) for spec in (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, SESSIONS, VISITS_1D)}
+    streamed = {
+        spec: view(iso, spec.table) for spec in (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1D)
+    }
     write_raw(iso, events)
     write_raw(iso, pa.Table.from_pylist([{**closer, "event_date": START.date()}], schema=events.schema))
     backfill(spark, iso, start=START.date(), end=START.date(), progress=False)

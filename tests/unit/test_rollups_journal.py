@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import jobs.rollups
-from jobs.rollups import Rollups, Schedule, Touched, from_json, to_json
+from jobs.rollups import Rollups, Touched, ViewRollups, from_json, to_json
 from tally.settings import SettingsError, load_settings
 
 T0 = dt.datetime(2026, 2, 3, 9, 0)
@@ -95,7 +95,7 @@ def test_the_realtime_windows_and_the_hours_and_days_roll_up_on_their_own_clocks
         settings, spark=dataclasses.replace(settings.spark, rollup_seconds=0, hours_rollup_seconds=3600)
     )
     journals: dict[str, MemoryJournal] = {}
-    schedule = Schedule(settings, lambda name: journals.setdefault(name, MemoryJournal()))
+    schedule = ViewRollups(settings, lambda name: journals.setdefault(name, MemoryJournal()))
     rolled: list[tuple[tuple[str, ...], Touched]] = []
     monkeypatch.setattr(jobs.rollups, "roll_up", lambda _s, _t, touched, parts: rolled.append((parts, touched)))
     schedule.touch(minutes(0, 3))
@@ -117,7 +117,7 @@ def test_the_realtime_recovery_re_rolls_what_the_hours_and_days_journal_holds(se
     """A journal written before the split held every part under the reports' file name."""
     journals = {"rollups-pending.json": MemoryJournal()}
     journals["rollups-pending.json"].save(minutes(0, 56))
-    schedule = Schedule(settings, lambda name: journals.setdefault(name, MemoryJournal()))
+    schedule = ViewRollups(settings, lambda name: journals.setdefault(name, MemoryJournal()))
     schedule.recover(None)  # type: ignore[arg-type]
     assert [member.pending for member in schedule.members] == [minutes(0, 56), minutes(0, 56)]
     assert {member.parts for member in schedule.members} == {("realtime",), ("reports",)}
@@ -127,3 +127,24 @@ def test_the_realtime_recovery_re_rolls_what_the_hours_and_days_journal_holds(se
 def test_a_negative_roll_up_interval_is_refused(settings: Any, name: str) -> None:
     with pytest.raises(SettingsError, match=f"spark.{name}"):
         dataclasses.replace(settings.spark, **{name: -1})
+
+
+def test_a_failing_roll_up_does_not_hold_the_other_up_and_keeps_its_range(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journals: dict[str, MemoryJournal] = {}
+    rollups = ViewRollups(settings, lambda name: journals.setdefault(name, MemoryJournal()))
+    rolled: list[tuple[str, ...]] = []
+
+    def roll_up(_spark: Any, _settings: Any, _touched: Touched, parts: tuple[str, ...]) -> None:
+        if parts == ("realtime",):
+            raise RuntimeError("agg.active_5m is broken")
+        rolled.append(parts)
+
+    monkeypatch.setattr(jobs.rollups, "roll_up", roll_up)
+    rollups.touch(minutes(0, 3))
+    with pytest.raises(RuntimeError, match="active_5m"):
+        rollups.run_if_due(None, force=True)  # type: ignore[arg-type]
+    assert rolled == [("reports",)], "the hours and days were rolled up all the same"
+    assert journals["rollups-realtime-pending.json"].load() == minutes(0, 3)
+    assert journals["rollups-pending.json"].load() is None
