@@ -204,7 +204,7 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
         stop.set()
         tally(env, "down")
     figures = _figures(rows, soak_rate, how, latencies, errors, answered, scan.leaks, len(scan.chance))
-    return figures + _view_latency(sent, seen)
+    return figures + _view_latency(sent, seen, second_half=started + minutes * 30)
 
 
 def latency_by_minute(sent: dict[str, float], seen: dict[str, float], started: float) -> list[str]:
@@ -221,7 +221,9 @@ def latency_by_minute(sent: dict[str, float], seen: dict[str, float], started: f
     return lines
 
 
-def _view_latency(sent: dict[str, float], seen: dict[str, float]) -> list[Figure]:
+def _view_latency(sent: dict[str, float], seen: dict[str, float], second_half: float | None = None) -> list[Figure]:
+    """The views' latency over the soak; with ``second_half`` (when it began), also over its second half
+    alone: after warm-up, the half the memory slopes are fitted over."""
     # The views job's start-up is not its latency (bench.views times it apart): probes count from
     # the first one seen on.
     warm = min(seen.values(), default=float("inf"))
@@ -235,7 +237,7 @@ def _view_latency(sent: dict[str, float], seen: dict[str, float]) -> list[Figure
         return [
             Figure("views: beacon -> agg.traffic_1m p95 during the soak", float("nan"), "s", goal="≤ 15 s", note=note)
         ]
-    return [
+    figures = [
         Figure("views: beacon -> agg.traffic_1m p50 during the soak", lags[len(lags) // 2], "s", note=note),
         Figure(
             "views: beacon -> agg.traffic_1m p95 during the soak",
@@ -246,6 +248,19 @@ def _view_latency(sent: dict[str, float], seen: dict[str, float]) -> list[Figure
         ),
         Figure("views: beacon -> agg.traffic_1m max during the soak", lags[-1], "s"),
     ]
+    late = [p for p in counted if second_half is not None and sent[p] >= second_half]
+    late_lags = sorted(seen[p] - sent[p] for p in late if p in seen)
+    if late_lags:
+        late_note = f"{len(late_lags)}/{len(late)} probes sent in the second half seen"
+        figures.append(
+            Figure(
+                "views: beacon -> agg.traffic_1m p95, second half of the soak",
+                late_lags[int(0.95 * (len(late_lags) - 1))],
+                "s",
+                note=late_note,
+            )
+        )
+    return figures
 
 
 def _figures(

@@ -27,6 +27,19 @@ def test_probes_sent_before_the_view_first_showed_one_are_left_out_as_start_up()
     assert p95.goal == "≤ 15 s"
 
 
+def test_the_second_half_of_the_soak_has_a_p95_of_its_own() -> None:
+    sent = {"a": 0.0, "b": 10.0, "c": 20.0, "d": 60.0, "e": 70.0, "f": 80.0}
+    seen = {"a": 5.0, "b": 40.0, "c": 50.0, "d": 64.0, "e": 76.0}  # f never showed
+    figures = {f.name: f for f in _view_latency(sent, seen, second_half=60.0)}
+    late = figures["views: beacon -> agg.traffic_1m p95, second half of the soak"]
+    assert late.value == 4.0  # lags 4 and 6: int(0.95 * 1) = 0
+    assert late.note == "2/3 probes sent in the second half seen"
+    assert figures["views: beacon -> agg.traffic_1m p95 during the soak"].value == 30.0  # 5, 30, 30, 4, 6
+    assert "views: beacon -> agg.traffic_1m p95, second half of the soak" not in {
+        f.name for f in _view_latency(sent, seen)
+    }
+
+
 def test_no_probe_seen_gives_an_unmeasured_figure_not_a_zero() -> None:
     (figure,) = _view_latency({"a": 1.0}, {})
     assert math.isnan(figure.value)
