@@ -150,7 +150,7 @@ class SparkSettings:
     rollup_seconds: float = 30.0  # how often the 5-minute realtime windows are re-rolled from the minutes
     # How often the hour and day views (what the reports read) are re-rolled: their roll-up is the costly one,
     # and its cores come out of the 1-minute view's (docs/OPERATIONS.md, "The views' share of the cores").
-    hours_rollup_seconds: float = 120.0
+    hours_rollup_seconds: float = 60.0
     # A full collection of the views job's heap this often (Spark's spark.cleaner.periodicGC.interval,
     # 30 min by default): the serial collector then gives back the heap the live set does not need
     # (docs/OPERATIONS.md, "Memory").
