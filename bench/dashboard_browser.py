@@ -37,11 +37,10 @@ from urllib.parse import urlencode
 
 from bench.dashboard import SITE, dataset
 from bench.report import Figure, print_figures
-from ops import broker
+from ops import broker, chromium
 from ops.access_commands import ensure_admin
 from ops.processes import Service, Supervisor
 from ops.stack import free_ports, services
-from tally import chromium
 from tally.log import setup_logging
 from tally.settings import PROJECT_ROOT, Settings, load_settings
 
@@ -214,11 +213,11 @@ def bare_service(settings: Settings) -> Service:
     return dataclasses.replace(dashboard, name="bare-streamlit", command=command)
 
 
-def floor(chromium: Any, settings: Settings, supervisor: Supervisor, runs: int) -> list[Figure]:
+def floor(browser: Any, settings: Settings, supervisor: Supervisor, runs: int) -> list[Figure]:
     """First and warm loads of the bare Streamlit page (:mod:`bench.bare_streamlit`), timed as the dashboard's."""
     supervisor.start(bare_service(settings))
     try:
-        context = chromium.new_context(viewport={"width": 1400, "height": 1600})
+        context = browser.new_context(viewport={"width": 1400, "height": 1600})
         first, warm = loads(context, f"http://127.0.0.1:{settings.dashboard.port}/", runs)
         context.close()
     finally:

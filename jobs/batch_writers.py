@@ -48,6 +48,7 @@ def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
             computed = time.monotonic()
             window = ("window_start", touched.first, touched.last)
             upsert(minutes, TRAFFIC_1M, settings, dates=days_between(touched.first, touched.last), within=window)
+            merged = time.monotonic()
             rollups.touch(touched)
             log.info(
                 "traffic batch written",
@@ -56,7 +57,8 @@ def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
                     first=str(touched.first),
                     last=str(touched.last),
                     compute_s=round(computed - began, 1),
-                    merge_s=round(time.monotonic() - computed, 1),
+                    merge_s=round(merged - computed, 1),
+                    journal_s=round(time.monotonic() - merged, 2),
                 ),
             )
         finally:

@@ -285,13 +285,16 @@ class ViewRollups:
     """The views job's roll-ups: the realtime windows every ``spark.rollup_seconds`` and the hours
     and days every ``spark.hours_rollup_seconds``, each with its own journal.
 
-    The hours and days cost most of a roll-up (the day's hours merged again each time) and on a
-    shared machine their cores come out of the 1-minute view's; the realtime windows are a few
-    site-total rows. The realtime roll-up's recovery re-rolls the reports' journal too, which
-    covers a journal written before the two were split (it held every part).
+    Both are 30 s by default. The hours and days can be re-rolled less often to spare the cores:
+    each run took about 15 s of the job's background pool in a soak, whatever range it covered (the
+    realtime one about 9 s), though no latency of the 1-minute view was gained by it
+    (docs/OPERATIONS.md, "The views' share of the cores"). The realtime roll-up's recovery re-rolls
+    the reports' journal too, which covers a journal written before the two were split (it held
+    every part).
     """
 
-    def __init__(self, settings: Settings, journal: Callable[[str], Journal] | None = None) -> None:
+    def __init__(self, settings: Settings, *, journal: Callable[[str], Journal] | None = None) -> None:
+        self.settings = settings
         reports = journal("rollups-pending.json") if journal is not None else None
         realtime = journal("rollups-realtime-pending.json") if journal is not None else None
         self.members = (
@@ -304,7 +307,7 @@ class ViewRollups:
         (read once for both)."""
         for member in self.members:
             member.recover_journals()
-        recent = recent_minutes(spark, self.members[0].settings)
+        recent = recent_minutes(spark, self.settings)
         if recent is not None:
             self.touch(recent)
 
@@ -324,6 +327,7 @@ class ViewRollups:
             try:
                 ran = member.run_if_due(spark, force=force) or ran
             except Exception as e:  # raised below, once the other roll-up has had its turn
+                log.error("roll-up failed", extra=kv(parts=",".join(member.parts), error=str(e)[:2000]))
                 failures.append(e)
         if failures:
             raise failures[0]

@@ -209,7 +209,7 @@ def start(settings: Settings, *, checkpoint_root: str | None = None, queries: Co
     (a test of one view), and return them."""
     spark = spark_session(settings, "tally-views", extra=views_spark_config(settings))
     checkpoints = checkpoint_root or default_checkpoints(settings)
-    rollups = ViewRollups(settings, lambda name: PendingJournal(spark, f"{checkpoints.rstrip('/')}/{name}"))
+    rollups = ViewRollups(settings, journal=lambda name: PendingJournal(spark, f"{checkpoints.rstrip('/')}/{name}"))
     lag_limit = dt.timedelta(minutes=settings.alerts.lag_minutes)
     job = ViewJob(spark, settings, rollups=rollups, late=LateEventsListener(lag_limit=lag_limit))
     assert job.rollups is not None

@@ -148,9 +148,9 @@ class SparkSettings:
     watermark: dt.timedelta = dt.timedelta(minutes=10)  # how late an event may be and still count
     session_gap: dt.timedelta = dt.timedelta(minutes=30)  # a visit ends after this much inactivity
     rollup_seconds: float = 30.0  # how often the 5-minute realtime windows are re-rolled from the minutes
-    # How often the hour and day views (what the reports read) are re-rolled: their roll-up is the costly one,
-    # and its cores come out of the 1-minute view's (docs/OPERATIONS.md, "The views' share of the cores").
-    hours_rollup_seconds: float = 60.0
+    # How often the hour and day views (what the reports read) are re-rolled. Raise it to spare cores: each run
+    # costs about 15 s of the views job's, whatever its range (docs/OPERATIONS.md, "The views' share of the cores").
+    hours_rollup_seconds: float = 30.0
     # A full collection of the views job's heap this often (Spark's spark.cleaner.periodicGC.interval,
     # 30 min by default): the serial collector then gives back the heap the live set does not need
     # (docs/OPERATIONS.md, "Memory").

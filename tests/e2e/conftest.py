@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ops import chromium
 from ops.stack import stack_env
-from tally import chromium
 from tally.settings import PROJECT_ROOT
 
 ARTIFACTS = PROJECT_ROOT / "test-artifacts"

@@ -13,7 +13,7 @@ import pytest
 
 import jobs.rollups
 from jobs.rollups import Rollups, Touched, ViewRollups, from_json, to_json
-from tally.settings import SettingsError, load_settings
+from tally.settings import load_settings
 
 T0 = dt.datetime(2026, 2, 3, 9, 0)
 
@@ -95,19 +95,19 @@ def test_the_realtime_windows_and_the_hours_and_days_roll_up_on_their_own_clocks
         settings, spark=dataclasses.replace(settings.spark, rollup_seconds=0, hours_rollup_seconds=3600)
     )
     journals: dict[str, MemoryJournal] = {}
-    schedule = ViewRollups(settings, lambda name: journals.setdefault(name, MemoryJournal()))
+    rollups = ViewRollups(settings, journal=lambda name: journals.setdefault(name, MemoryJournal()))
     rolled: list[tuple[tuple[str, ...], Touched]] = []
     monkeypatch.setattr(jobs.rollups, "roll_up", lambda _s, _t, touched, parts: rolled.append((parts, touched)))
-    schedule.touch(minutes(0, 3))
+    rollups.touch(minutes(0, 3))
     assert {name: j.load() for name, j in journals.items()} == {
         "rollups-pending.json": minutes(0, 3),  # the hours and days: the file every part used to share
         "rollups-realtime-pending.json": minutes(0, 3),
     }
-    assert schedule.run_if_due(None, force=True)  # type: ignore[arg-type]
+    assert rollups.run_if_due(None, force=True)  # type: ignore[arg-type]
     assert sorted(rolled) == sorted([(("realtime",), minutes(0, 3)), (("reports",), minutes(0, 3))])
     rolled.clear()
-    schedule.touch(minutes(3, 4))
-    assert schedule.run_if_due(None)  # type: ignore[arg-type]
+    rollups.touch(minutes(3, 4))
+    assert rollups.run_if_due(None)  # type: ignore[arg-type]
     assert rolled == [(("realtime",), minutes(3, 4))], "the hours and days wait for their own clock"
     assert journals["rollups-pending.json"].load() == minutes(3, 4), "and keep their range journaled meanwhile"
     assert journals["rollups-realtime-pending.json"].load() is None
@@ -117,23 +117,17 @@ def test_the_realtime_recovery_re_rolls_what_the_hours_and_days_journal_holds(se
     """A journal written before the split held every part under the reports' file name."""
     journals = {"rollups-pending.json": MemoryJournal()}
     journals["rollups-pending.json"].save(minutes(0, 56))
-    schedule = ViewRollups(settings, lambda name: journals.setdefault(name, MemoryJournal()))
-    schedule.recover(None)  # type: ignore[arg-type]
-    assert [member.pending for member in schedule.members] == [minutes(0, 56), minutes(0, 56)]
-    assert {member.parts for member in schedule.members} == {("realtime",), ("reports",)}
-
-
-@pytest.mark.parametrize("name", ["rollup_seconds", "hours_rollup_seconds"])
-def test_a_negative_roll_up_interval_is_refused(settings: Any, name: str) -> None:
-    with pytest.raises(SettingsError, match=f"spark.{name}"):
-        dataclasses.replace(settings.spark, **{name: -1})
+    rollups = ViewRollups(settings, journal=lambda name: journals.setdefault(name, MemoryJournal()))
+    rollups.recover(None)  # type: ignore[arg-type]
+    assert [member.pending for member in rollups.members] == [minutes(0, 56), minutes(0, 56)]
+    assert {member.parts for member in rollups.members} == {("realtime",), ("reports",)}
 
 
 def test_a_failing_roll_up_does_not_hold_the_other_up_and_keeps_its_range(
     settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     journals: dict[str, MemoryJournal] = {}
-    rollups = ViewRollups(settings, lambda name: journals.setdefault(name, MemoryJournal()))
+    rollups = ViewRollups(settings, journal=lambda name: journals.setdefault(name, MemoryJournal()))
     rolled: list[tuple[str, ...]] = []
 
     def roll_up(_spark: Any, _settings: Any, _touched: Touched, parts: tuple[str, ...]) -> None:

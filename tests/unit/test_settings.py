@@ -149,6 +149,8 @@ def test_negative_shuffle_partitions_are_refused_with_the_key_named(
         ("TALLY_INGEST__LINGER_MS", "1001", r"ingest\.linger_ms"),
         ("TALLY_SPARK__VIEWS_GC_SECONDS", "0", r"spark\.views_gc_seconds"),
         ("TALLY_SPARK__VIEWS_GC_SECONDS", "-1", r"spark\.views_gc_seconds"),
+        ("TALLY_SPARK__ROLLUP_SECONDS", "-1", r"spark\.rollup_seconds"),
+        ("TALLY_SPARK__HOURS_ROLLUP_SECONDS", "-1", r"spark\.hours_rollup_seconds"),
     ],
 )
 def test_an_out_of_range_setting_is_refused_with_the_key_named(
