@@ -22,7 +22,7 @@ from jobs.delta_sink import upsert
 from jobs.rollups import Touched, ViewRollups, days_between, read_range, truncate
 from tally.log import kv
 from tally.settings import Settings
-from tally.tables import PROPS_1D, RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H, VITALS_1H
+from tally.tables import PROPS_1D, RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H, VITALS_1H, ViewSpec
 
 log = logging.getLogger("tally.jobs.streaming")
 
@@ -35,6 +35,15 @@ def _touched(rows: DataFrame, ts_column: str) -> Touched | None:
     if found is None or found[1] is None:
         return None
     return Touched(frozenset(found[0]), found[1], found[2])
+
+
+def _upsert_windows(rows: DataFrame, spec: ViewSpec, settings: Settings) -> Touched | None:
+    """MERGE a batch's windows into ``spec`` over the range they touch; that range, or None for an empty batch."""
+    touched = _touched(rows, "window_start")
+    if touched is not None:
+        lo, hi = touched.first, touched.last
+        upsert(rows, spec, settings, dates=days_between(lo, hi), within=("window_start", lo, hi))
+    return touched
 
 
 def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
@@ -92,11 +101,8 @@ def write_ratelimit(settings: Settings) -> BatchWriter:
     producers: list[Producer] = []
 
     def write(batch: DataFrame, batch_id: int) -> None:
-        touched = _touched(batch, "window_start")
-        if touched is None:
+        if _upsert_windows(batch, RATELIMIT, settings) is None:
             return
-        lo, hi = touched.first, touched.last
-        upsert(batch, RATELIMIT, settings, dates=days_between(lo, hi), within=("window_start", lo, hi))
         heavy = batch.where(F.col("pageviews") > lowest_limit).select(
             "site_id", "client_hash", "pageviews", F.unix_millis("window_end")
         )
@@ -121,11 +127,9 @@ def write_ratelimit(settings: Settings) -> BatchWriter:
 
 def write_props(settings: Settings) -> BatchWriter:
     def write(batch: DataFrame, batch_id: int) -> None:
-        touched = _touched(batch, "window_start")
+        touched = _upsert_windows(batch, PROPS_1D, settings)
         if touched is None:
             return
-        lo, hi = touched.first, touched.last
-        upsert(batch, PROPS_1D, settings, dates=days_between(lo, hi), within=("window_start", lo, hi))
         log.info("props batch written", extra=kv(batch_id=batch_id, sites=len(touched.sites)))
 
     return write
@@ -136,11 +140,9 @@ def write_vitals(settings: Settings) -> BatchWriter:
         # The digests are built once, here, for the MERGE's two reads of its source.
         hours = vitals.with_digests(batch).persist()
         try:
-            touched = _touched(hours, "window_start")
+            touched = _upsert_windows(hours, VITALS_1H, settings)
             if touched is None:
                 return
-            lo, hi = touched.first, touched.last
-            upsert(hours, VITALS_1H, settings, dates=days_between(lo, hi), within=("window_start", lo, hi))
             log.info("vitals batch written", extra=kv(batch_id=batch_id, sites=len(touched.sites)))
         finally:
             hours.unpersist()
