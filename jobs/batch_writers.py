@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 
 from confluent_kafka import Producer
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs import ratelimit, sessions, traffic, vitals
-from jobs.delta_sink import upsert
+from jobs.delta_sink import rewrite_apart, upsert
 from jobs.rollups import Touched, ViewRollups, days_between, read_range, truncate
 from tally.log import kv
 from tally.settings import Settings
@@ -46,7 +46,41 @@ def _upsert_windows(rows: DataFrame, spec: ViewSpec, settings: Settings) -> Touc
     return touched
 
 
+# The 1-minute view's rows of minutes no longer open are moved to files of their own in spans of this
+# length, so the MERGE of the open minutes rewrites only their file, not the whole day's (_settle_range).
+SETTLED_SPAN = dt.timedelta(minutes=15)
+
+
+def _settle_range(
+    newest: dt.datetime, watermark: dt.timedelta, settled_until: dt.datetime | None, span: dt.timedelta = SETTLED_SPAN
+) -> tuple[dt.datetime, dt.datetime] | None:
+    """The minutes the traffic sink moves apart after writing a batch whose newest minute is ``newest``:
+    from where it last stopped (``settled_until``; None after a start: the start of the date) to the end
+    of the last whole ``span`` of the date that the watermark, with a minute to spare, has passed; None
+    when that is nothing new. Only an efficiency: a late row merged into a settled minute is still right.
+    """
+    closed = newest - watermark - dt.timedelta(minutes=1)
+    day_start = dt.datetime.combine(closed.date(), dt.time(), tzinfo=closed.tzinfo)
+    hi = day_start + span * ((closed - day_start) // span)
+    lo = day_start if settled_until is None or settled_until < day_start else settled_until
+    return (lo, hi) if lo < hi else None
+
+
 def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
+    settled_until: list[dt.datetime] = []  # where the last _settle_range stopped, in this process
+
+    def settle(spark: SparkSession, newest: dt.datetime) -> None:
+        found = _settle_range(newest, settings.spark.watermark, settled_until[0] if settled_until else None)
+        if found is None:
+            return
+        began = time.monotonic()
+        rewrite_apart(spark, TRAFFIC_1M, settings, column="window_start", lo=found[0], hi=found[1])
+        settled_until[:] = [found[1]]
+        log.info(
+            "traffic minutes settled",
+            extra=kv(first=str(found[0]), until=str(found[1]), seconds=round(time.monotonic() - began, 1)),
+        )
+
     def write(batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()
         minutes = traffic.with_digests(batch).persist()
@@ -70,6 +104,7 @@ def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
                     journal_s=round(time.monotonic() - merged, 2),
                 ),
             )
+            settle(batch.sparkSession, touched.last)
         finally:
             minutes.unpersist()
 

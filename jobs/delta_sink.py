@@ -102,6 +102,30 @@ def upsert(
     retry_on_conflict(merge, what=spec.table)
 
 
+def rewrite_apart(
+    spark: SparkSession, spec: ViewSpec, settings: Settings, *, column: str, lo: dt.datetime, hi: dt.datetime
+) -> None:
+    """Rewrite the view's rows with ``lo <= column < hi`` (one date: ``lo``'s) into files of their own, in one commit.
+
+    The rows stay the same. A MERGE rewrites every file holding a row it updates, whole, so rows that no
+    longer change, left in the file of those that still do, are copied again by every MERGE after them.
+    """
+    day = lo.date()
+    assert hi <= dt.datetime.combine(day, dt.time()) + dt.timedelta(days=1), "one date at a time"
+    uri = settings.table_uri(spec.table)
+    condition = (
+        f"{spec.partition_by} = DATE'{day.isoformat()}'"
+        f" AND {column} >= TIMESTAMP'{lo.isoformat(sep=' ')}' AND {column} < TIMESTAMP'{hi.isoformat(sep=' ')}'"
+    )
+
+    def overwrite() -> None:
+        # Read inside the retry: after a conflict the rows come from the new snapshot.
+        rows = spark.read.format("delta").load(uri).where(F.expr(condition))
+        rows.write.format("delta").mode("overwrite").option("replaceWhere", condition).save(uri)
+
+    retry_on_conflict(overwrite, what=spec.table)
+
+
 def replace_dates(
     rows: DataFrame, spec: ViewSpec, settings: Settings, *, start: dt.date, end: dt.date, site_id: str | None
 ) -> None:
