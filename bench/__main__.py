@@ -25,6 +25,7 @@ from bench import (
     sketches,
     soak,
     stack,
+    traffic_merge,
     views,
 )
 from bench.markdown import DOCUMENT, write
@@ -61,6 +62,15 @@ BENCHMARKS = [
     ),
     Benchmark("archiver", "Archiver: throughput and beacon -> raw latency", archiver.measure, f"{PY} bench.archiver"),
     Benchmark("views", "Streaming views: beacon -> agg.traffic_1m latency", views.measure, f"{PY} bench.views"),
+    Benchmark(
+        "traffic-merge",
+        "The 1-minute view's MERGE over a day: closed minutes settled, side by side with one file per date",
+        traffic_merge.measure,
+        f"{PY} bench.traffic_merge",
+        runs=1,
+        note="One run: the two tables take turns at every batch in the same Spark session, so a run is its"
+        " own side by side comparison; 60 batches take about 10 minutes.",
+    ),
     Benchmark(
         "sketches",
         "Sketches: Tally's t-digest side by side with the tdigest package",

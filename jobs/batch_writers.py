@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from confluent_kafka import Producer
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -46,7 +47,7 @@ def _upsert_windows(rows: DataFrame, spec: ViewSpec, settings: Settings) -> Touc
     return touched
 
 
-def _merge_cached_source(spark: SparkSession) -> None:
+def skip_source_copy(spark: SparkSession) -> None:
     """Let the traffic query's MERGEs read their persisted source as it is.
 
     By default Delta copies a MERGE's source once more before it starts ("materializes" it, to
@@ -64,11 +65,11 @@ def _merge_cached_source(spark: SparkSession) -> None:
 
 
 # The 1-minute view's rows of minutes no longer open are moved to files of their own in spans of this
-# length, so the MERGE of the open minutes rewrites only their file, not the whole day's (_settle_range).
+# length, so the MERGE of the open minutes rewrites only their file, not the whole day's (settle_range).
 SETTLED_SPAN = dt.timedelta(minutes=15)
 
 
-def _settle_range(
+def settle_range(
     newest: dt.datetime, watermark: dt.timedelta, settled_until: dt.datetime | None, span: dt.timedelta = SETTLED_SPAN
 ) -> tuple[dt.datetime, dt.datetime] | None:
     """The minutes the traffic sink moves apart after writing a batch whose newest minute is ``newest``:
@@ -84,14 +85,18 @@ def _settle_range(
 
 
 def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
-    settled_until: list[dt.datetime] = []  # where the last _settle_range stopped, in this process
+    settled_until: list[dt.datetime] = []  # where the last settle_range stopped, in this process
 
     def settle(spark: SparkSession, newest: dt.datetime) -> None:
-        found = _settle_range(newest, settings.spark.watermark, settled_until[0] if settled_until else None)
+        found = settle_range(newest, settings.spark.watermark, settled_until[0] if settled_until else None)
         if found is None:
             return
         began = time.monotonic()
-        rewrite_apart(spark, TRAFFIC_1M, settings, column="window_start", lo=found[0], hi=found[1])
+        try:
+            rewrite_apart(spark, TRAFFIC_1M, settings, column="window_start", lo=found[0], hi=found[1])
+        except PySparkException as e:  # only an efficiency: the 1-minute view goes on, and a later batch tries again
+            log.warning("could not settle traffic minutes", extra=kv(first=str(found[0]), error=str(e)[:500]))
+            return
         settled_until[:] = [found[1]]
         log.info(
             "traffic minutes settled",
@@ -100,7 +105,7 @@ def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
 
     def write(batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()
-        _merge_cached_source(batch.sparkSession)
+        skip_source_copy(batch.sparkSession)
         minutes = traffic.with_digests(batch).persist()
         try:
             touched = _touched(minutes, "window_start")

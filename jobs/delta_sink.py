@@ -111,7 +111,7 @@ def rewrite_apart(
     longer change, left in the file of those that still do, are copied again by every MERGE after them.
     """
     day = lo.date()
-    assert hi <= dt.datetime.combine(day, dt.time()) + dt.timedelta(days=1), "one date at a time"
+    assert hi <= lo.replace(hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=1), "one date at a time"
     uri = settings.table_uri(spec.table)
     condition = (
         f"{spec.partition_by} = DATE'{day.isoformat()}'"
