@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 
 from jobs import ratelimit, sessions, traffic, vitals
 from jobs.delta_sink import rewrite_apart, upsert
-from jobs.rollups import Touched, ViewRollups, days_between, read_range, truncate
+from jobs.rollup_journal import Touched
+from jobs.rollups import ViewRollups, days_between, read_range, truncate
 from tally.log import kv
 from tally.settings import Settings
 from tally.tables import PROPS_1D, RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H, VITALS_1H, ViewSpec

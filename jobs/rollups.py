@@ -6,7 +6,7 @@ query only collects the minutes it touched, and the job's main thread rolls them
 concurrently with the queries, on two clocks (:class:`ViewRollups`): the 5-minute realtime windows
 at most every ``spark.rollup_seconds``, the hours and days (the reports) at most every
 ``spark.hours_rollup_seconds``. Each keeps the range it has not rolled up yet in a journal beside
-the checkpoints (:class:`PendingJournal`), written before the traffic batch commits, so a crash
+the checkpoints (:class:`jobs.rollup_journal.PendingJournal`), written before the traffic batch commits, so a crash
 cannot lose it: a freshly started job re-rolls the journal's range, plus the windows still
 inside the watermark of the newest minute in the table.
 
@@ -18,39 +18,24 @@ range a recovery had scheduled.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs import traffic
 from jobs.delta_sink import read_view, upsert
+from jobs.rollup_journal import Journal, Touched
 from tally.log import kv
 from tally.settings import Settings
 from tally.storage import find_table
 from tally.tables import ACTIVE_5M, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, ViewSpec
 
 log = logging.getLogger("tally.jobs.rollups")
-
-
-@dataclass(frozen=True)
-class Touched:
-    """Sites and the first and last 1-minute window a set of batches wrote."""
-
-    sites: frozenset[str]
-    first: dt.datetime
-    last: dt.datetime
-
-    def union(self, other: Touched | None) -> Touched:
-        if other is None:
-            return self
-        return Touched(self.sites | other.sites, min(self.first, other.first), max(self.last, other.last))
 
 
 def days_between(lo: dt.datetime, hi: dt.datetime) -> list[dt.date]:
@@ -109,21 +94,6 @@ def roll_up(spark: SparkSession, settings: Settings, touched: Touched, parts: Co
         upsert(active, ACTIVE_5M, settings, dates=days_between(first, hi), within=("window_start", first, hi))
 
 
-def to_json(touched: Touched | None) -> str:
-    if touched is None:
-        return "{}"
-    sites, first, last = sorted(touched.sites), touched.first.isoformat(), touched.last.isoformat()
-    return json.dumps({"sites": sites, "first": first, "last": last})
-
-
-def from_json(text: str) -> Touched | None:
-    found = json.loads(text)
-    if not found:
-        return None
-    first, last = dt.datetime.fromisoformat(found["first"]), dt.datetime.fromisoformat(found["last"])
-    return Touched(frozenset(found["sites"]), first, last)
-
-
 def recent_minutes(spark: SparkSession, settings: Settings) -> Touched | None:
     """The minutes a restarted job re-rolls whatever its journals say: those still inside the watermark
     of the newest minute in ``agg.traffic_1m`` (None when the table has none). This runs a Spark job."""
@@ -142,48 +112,6 @@ def recent_minutes(spark: SparkSession, settings: Settings) -> Touched | None:
     lo = found[0] - settings.spark.watermark - dt.timedelta(minutes=1)
     log.info("rollups recovering after start", extra=kv(first=str(lo), last=str(found[0])))
     return Touched(frozenset(found[1]), lo, found[0])
-
-
-class Journal(Protocol):
-    def load(self) -> Touched | None: ...
-    def save(self, touched: Touched | None) -> None: ...
-
-
-class PendingJournal:
-    """The range not rolled up yet, in one small JSON file through Hadoop's file system (so the
-    same code works beside local checkpoints and on object storage). A save writes a new file and
-    renames it over the old one; a crash between the two leaves the new one, which load reads."""
-
-    def __init__(self, spark: SparkSession, uri: str) -> None:
-        jvm = spark._jvm  # type: ignore[attr-defined]
-        assert jvm is not None, "a JVM-backed Spark session"
-        self._path = jvm.org.apache.hadoop.fs.Path(uri)
-        self._next = jvm.org.apache.hadoop.fs.Path(uri + ".next")
-        self._fs = self._path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
-        self._io = jvm.org.apache.commons.io.IOUtils
-
-    def _read(self, path: Any) -> str:
-        stream = self._fs.open(path)
-        try:
-            return str(self._io.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
-
-    def load(self) -> Touched | None:
-        for path in (self._next, self._path):  # a leftover .next is the newer one
-            if self._fs.exists(path):
-                return from_json(self._read(path))
-        return None
-
-    def save(self, touched: Touched | None) -> None:
-        out = self._fs.create(self._next, True)
-        try:
-            out.write(to_json(touched).encode())
-            out.hsync()
-        finally:
-            out.close()
-        self._fs.delete(self._path, False)
-        self._fs.rename(self._next, self._path)
 
 
 class Rollups:

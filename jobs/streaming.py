@@ -28,7 +28,8 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs import props, ratelimit, sessions, traffic, vitals
 from jobs.batch_writers import BatchWriter, write_props, write_ratelimit, write_sessions, write_traffic, write_vitals
 from jobs.late import LateEventsListener
-from jobs.rollups import PendingJournal, ViewRollups
+from jobs.rollup_journal import PendingJournal
+from jobs.rollups import ViewRollups
 from jobs.spark import spark_session
 from jobs.views import events_from_kafka
 from tally.log import kv, setup_logging

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 import jobs.rollups
-from jobs.rollups import Rollups, Touched, ViewRollups, from_json, to_json
+from jobs.rollup_journal import Touched, from_json, to_json
+from jobs.rollups import Rollups, ViewRollups
 from tally.settings import load_settings
 
 T0 = dt.datetime(2026, 2, 3, 9, 0)
