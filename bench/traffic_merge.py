@@ -6,9 +6,9 @@ turns (which goes first alternates every batch). Each batch is what the traffic 
 minute is open: every row of the previous minute again and half as many of the new one (``--rows`` a
 minute: the (dimension, value) pairs of a busy site), persisted, through the sink's own MERGE
 (``jobs.delta_sink.upsert``, with the traffic query's source setting). After each MERGE the "settled"
-copy also moves the minutes the watermark has passed apart, as the sink does (``settle_range``,
-``rewrite_apart``); those moves are timed apart. The rows each copy's last MERGE copied come from its
-Delta history. Synthetic sketches and digests (random bytes of their usual sizes): a MERGE copies them,
+copy also moves the minutes the watermark has passed apart, as the sink does
+(``jobs.batch_writers.settle``); those moves are timed apart. The rows each copy's last MERGE copied
+come from its Delta history. Synthetic sketches and digests (random bytes of their usual sizes): a MERGE copies them,
 it does not read them.
 """
 
@@ -27,8 +27,8 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from bench.report import Figure, print_figures
-from jobs.batch_writers import settle_range, skip_source_copy
-from jobs.delta_sink import rewrite_apart, upsert
+from jobs.batch_writers import settle, skip_source_copy
+from jobs.delta_sink import upsert
 from jobs.spark import spark_session
 from jobs.streaming import views_spark_config
 from tally.settings import load_settings
@@ -99,12 +99,11 @@ def measure(quick: bool = False, *, batches: int | None = None, rows: int = 1500
                 upsert(batch, spec, settings, dates=[START.date()], within=window)
                 merges[spec.table].append(time.monotonic() - began)
                 if spec is settled:
-                    found = settle_range(window[2], settings.spark.watermark, settled_until)
-                    if found is not None:
-                        began = time.monotonic()
-                        rewrite_apart(spark, settled, settings, column="window_start", lo=found[0], hi=found[1])
+                    began = time.monotonic()
+                    now_settled = settle(spark, settings, window[2], settled_until, spec=settled)
+                    if now_settled != settled_until:
                         moves.append(time.monotonic() - began)
-                        settled_until = found[1]
+                    settled_until = now_settled
             batch.unpersist()
             print(
                 f"  batch {m}/{batches}: MERGE {merges[one_file.table][-1]:.1f} s (one file),"

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs import ratelimit, sessions, traffic, vitals
-from jobs.delta_sink import rewrite_apart, upsert
+from jobs.delta_sink import rewrite_apart, straddling_from, upsert
 from jobs.rollup_journal import Touched
 from jobs.rollups import ViewRollups, days_between, read_range, truncate
 from tally.log import kv
@@ -85,24 +85,43 @@ def settle_range(
     return (lo, hi) if lo < hi else None
 
 
-def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
-    settled_until: list[dt.datetime] = []  # where the last settle_range stopped, in this process
+def settle(
+    spark: SparkSession,
+    settings: Settings,
+    newest: dt.datetime,
+    settled_until: dt.datetime | None,
+    *,
+    spec: ViewSpec = TRAFFIC_1M,
+) -> dt.datetime | None:
+    """After a traffic batch whose newest minute is ``newest``: move the minutes a newly closed span
+    ends (:func:`settle_range`) out of the files that also hold open minutes; return where settling
+    stands now (``settled_until`` again if nothing new closed, or if the move failed: a later batch
+    tries again, and the 1-minute view goes on meanwhile).
 
-    def settle(spark: SparkSession, newest: dt.datetime) -> None:
-        found = settle_range(newest, settings.spark.watermark, settled_until[0] if settled_until else None)
-        if found is None:
-            return
+    Only the rows of files that also hold open minutes move, as the Delta log's file statistics say:
+    after a start, none if the job before this one moved them.
+    """
+    found = settle_range(newest, settings.spark.watermark, settled_until)
+    if found is None:
+        return settled_until
+    hi = found[1]
+    lo = straddling_from(settings, spec, day=hi.date(), column="window_start", at=hi)
+    if lo is not None:
         began = time.monotonic()
         try:
-            rewrite_apart(spark, TRAFFIC_1M, settings, column="window_start", lo=found[0], hi=found[1])
-        except PySparkException as e:  # only an efficiency: the 1-minute view goes on, and a later batch tries again
-            log.warning("could not settle traffic minutes", extra=kv(first=str(found[0]), error=str(e)[:500]))
-            return
-        settled_until[:] = [found[1]]
+            rewrite_apart(spark, spec, settings, column="window_start", lo=lo, hi=hi)
+        except PySparkException as e:
+            log.warning("could not settle traffic minutes", extra=kv(first=str(lo), error=str(e)[:500]))
+            return settled_until
         log.info(
             "traffic minutes settled",
-            extra=kv(first=str(found[0]), until=str(found[1]), seconds=round(time.monotonic() - began, 1)),
+            extra=kv(first=str(lo), until=str(hi), seconds=round(time.monotonic() - began, 1)),
         )
+    return hi
+
+
+def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
+    settled_until: list[dt.datetime | None] = [None]  # where settling stands, in this process
 
     def write(batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()
@@ -128,7 +147,7 @@ def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
                     journal_s=round(time.monotonic() - merged, 2),
                 ),
             )
-            settle(batch.sparkSession, touched.last)
+            settled_until[0] = settle(batch.sparkSession, settings, touched.last, settled_until[0])
         finally:
             minutes.unpersist()
 

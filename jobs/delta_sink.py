@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -15,6 +16,7 @@ from pyspark.sql import functions as F
 
 from tally.log import kv
 from tally.settings import Settings
+from tally.storage import find_table
 from tally.tables import ViewSpec
 
 log = logging.getLogger("tally.jobs.sink")
@@ -124,6 +126,31 @@ def rewrite_apart(
         rows.write.format("delta").mode("overwrite").option("replaceWhere", condition).save(uri)
 
     retry_on_conflict(overwrite, what=spec.table)
+
+
+def straddling_from(
+    settings: Settings, spec: ViewSpec, *, day: dt.date, column: str, at: dt.datetime
+) -> dt.datetime | None:
+    """The earliest ``column`` value in the files of date ``day`` that hold rows on both sides of ``at``
+    (from the files' statistics in the Delta log, read with delta-rs); None if no file does.
+
+    Those are the rows :func:`rewrite_apart` must move for no file to straddle ``at``. A file without
+    statistics counts as straddling from the start of the date.
+    """
+    table = find_table(settings, spec.table)
+    if table is None:
+        return None
+    files = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    start = dt.datetime.combine(day, dt.time())
+    found: dt.datetime | None = None
+    for f in files:
+        if f.get(f"partition.{spec.partition_by}") != day:
+            continue
+        lo, hi = f.get(f"min.{column}"), f.get(f"max.{column}")
+        lo = start if lo is None else lo.replace(tzinfo=None)  # UTC, as the job's timestamps
+        if (hi is None or hi.replace(tzinfo=None) >= at) and lo < at:
+            found = lo if found is None else min(found, lo)
+    return found
 
 
 def replace_dates(

@@ -13,7 +13,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from jobs.delta_sink import rewrite_apart, upsert
+from jobs.batch_writers import settle
+from jobs.delta_sink import rewrite_apart, straddling_from, upsert
 from tally.settings import Settings
 from tally.tables import TRAFFIC_1M
 from tests.integration.views_support import at_home
@@ -67,10 +68,12 @@ def test_settled_rows_stay_and_later_merges_leave_their_file_alone(
     before = table_rows(uri)
     assert len(file_minutes(uri)) == 1
 
-    rewrite_apart(spark, TRAFFIC_1M, iso, column="window_start", lo=DAY, hi=DAY + dt.timedelta(minutes=45))
+    settled_end = DAY + dt.timedelta(minutes=45)
+    assert straddling_from(iso, TRAFFIC_1M, day=DAY.date(), column="window_start", at=settled_end) == DAY
+    rewrite_apart(spark, TRAFFIC_1M, iso, column="window_start", lo=DAY, hi=settled_end)
     assert table_rows(uri) == before
     spans = file_minutes(uri)
-    settled_end = DAY + dt.timedelta(minutes=45)
+    assert straddling_from(iso, TRAFFIC_1M, day=DAY.date(), column="window_start", at=settled_end) is None
     assert all(last < settled_end or first >= settled_end for first, last in spans), spans
 
     # Done again (after a restart), the rows are still the same.
@@ -88,3 +91,29 @@ def test_settled_rows_stay_and_later_merges_leave_their_file_alone(
     after = pa.Table.from_pylist(table_rows(uri))
     assert after.num_rows == len(before) + ROWS_PER_MINUTE
     assert pc.sum(after["pageviews"]).as_py() == len(before) + 4 * ROWS_PER_MINUTE + ROWS_PER_MINUTE
+
+
+def test_the_sink_moves_only_what_straddles_a_closed_span(
+    settings: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    iso = at_home(settings, tmp_path)
+    uri = iso.table_uri(TRAFFIC_1M.table)
+    upsert(spark.createDataFrame(minutes(0, 59), SCHEMA), TRAFFIC_1M, iso, dates=[DAY.date()])
+    before = table_rows(uri)
+    # Newest minute 00:59: with the 10-minute watermark the spans up to 00:45 have closed.
+    newest = DAY + dt.timedelta(minutes=59)
+    assert settle(spark, iso, newest, None) == DAY + dt.timedelta(minutes=45)
+    assert table_rows(uri) == before
+    moved = DeltaTable(uri).history(1)[0]
+    assert moved["operation"] == "WRITE"
+    assert (
+        straddling_from(iso, TRAFFIC_1M, day=DAY.date(), column="window_start", at=DAY + dt.timedelta(minutes=45))
+        is None
+    )
+    # A restarted job (nothing settled in its memory) finds nothing straddling, and writes nothing.
+    version = DeltaTable(uri).version()
+    assert settle(spark, iso, newest, None) == DAY + dt.timedelta(minutes=45)
+    assert DeltaTable(uri).version() == version
+    # Nothing new closed: nothing happens.
+    assert settle(spark, iso, newest, DAY + dt.timedelta(minutes=45)) == DAY + dt.timedelta(minutes=45)
+    assert DeltaTable(uri).version() == version
