@@ -5,7 +5,7 @@ One Spark session with the streaming views job's settings drives two copies of `
 turns (which goes first alternates every batch). Each batch is what the traffic sink writes while a
 minute is open: every row of the previous minute again and half as many of the new one (``--rows`` a
 minute: the (dimension, value) pairs of a busy site), persisted, through the sink's own MERGE
-(``jobs.delta_sink.upsert``, with the traffic query's source setting). After each MERGE the "settled"
+(``jobs.delta_sink.upsert``). After each MERGE the "settled"
 copy also moves the minutes the watermark has passed apart, as the sink does
 (``jobs.batch_writers.settle``); those moves are timed apart. The rows each copy's last MERGE copied
 come from its Delta history. Synthetic sketches and digests (random bytes of their usual sizes): a MERGE copies them,
@@ -27,7 +27,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from bench.report import Figure, print_figures
-from jobs.batch_writers import settle, skip_source_copy
+from jobs.batch_writers import settle
 from jobs.delta_sink import upsert
 from jobs.spark import spark_session
 from jobs.streaming import views_spark_config
@@ -47,7 +47,6 @@ def measure(quick: bool = False, *, batches: int | None = None, rows: int = 1500
     os.environ.update({"TALLY_HOME": str(home), "TALLY_ENV": ""})
     settings = load_settings()
     spark = spark_session(settings, "tally-bench-traffic-merge", extra=views_spark_config(settings))
-    skip_source_copy(spark)
     schema = T.StructType(
         [
             T.StructField("site_id", T.StringType()),

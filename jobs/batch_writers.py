@@ -48,23 +48,6 @@ def _upsert_windows(rows: DataFrame, spec: ViewSpec, settings: Settings) -> Touc
     return touched
 
 
-def skip_source_copy(spark: SparkSession) -> None:
-    """Let the traffic query's MERGEs read their persisted source as it is.
-
-    By default Delta copies a MERGE's source once more before it starts ("materializes" it, to
-    disk), since a source that is not a plain Delta read might change between the MERGE's two
-    passes over it; and it refuses a cached source without that copy, since a cached Delta table
-    can be stale. The traffic sink's source is neither: it is the micro-batch's own rows, computed
-    once and persisted. The copy cost a 1-minute batch 0.4-0.8 s of its 2.2-3.2 s MERGE (idle
-    machine, 2026-11-27, docs/OPERATIONS.md). ``spark`` is the query's own session (Spark gives
-    each streaming query a clone of the job's), so the other queries and the roll-ups keep Delta's
-    default. The second key is internal to Delta: if a release drops it, its MERGE refuses the
-    cached source, and the stream = backfill test fails.
-    """
-    spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
-    spark.conf.set("spark.databricks.delta.merge.failSourceCachedAfterMaterialization", "false")
-
-
 # The 1-minute view's rows of minutes no longer open are moved to files of their own in spans of this
 # length, so the MERGE of the open minutes rewrites only their file, not the whole day's (settle_range).
 SETTLED_SPAN = dt.timedelta(minutes=15)
@@ -125,7 +108,6 @@ def write_traffic(settings: Settings, rollups: ViewRollups) -> BatchWriter:
 
     def write(batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()
-        skip_source_copy(batch.sparkSession)
         minutes = traffic.with_digests(batch).persist()
         try:
             touched = _touched(minutes, "window_start")
