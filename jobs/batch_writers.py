@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 from confluent_kafka import Producer
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -78,28 +77,30 @@ def settle(
 ) -> dt.datetime | None:
     """After a traffic batch whose newest minute is ``newest``: move the minutes a newly closed span
     ends (:func:`settle_range`) out of the files that also hold open minutes; return where settling
-    stands now (``settled_until`` again if nothing new closed, or if the move failed: a later batch
-    tries again, and the 1-minute view goes on meanwhile).
+    stands now (``settled_until`` again if nothing new closed). A move that fails is logged and not
+    retried: the 1-minute view goes on, and the next span's move takes those rows too.
 
     Only the rows of files that also hold open minutes move, as the Delta log's file statistics say:
     after a start, none if the job before this one moved them.
     """
+    # PySpark hands timestamps back as naive local times; the table's literals and statistics are UTC.
+    newest = newest.astimezone(dt.UTC).replace(tzinfo=None)
     found = settle_range(newest, settings.spark.watermark, settled_until)
     if found is None:
         return settled_until
     hi = found[1]
-    lo = straddling_from(settings, spec, day=hi.date(), column="window_start", at=hi)
+    began = time.monotonic()
+    try:
+        lo = straddling_from(settings, spec, day=hi.date(), column="window_start", at=hi)
+        if lo is not None:
+            rewrite_apart(spark, spec, settings, column="window_start", lo=lo, hi=hi, attempts=2)
+    except Exception as e:  # only an efficiency: it must not stop the 1-minute view
+        # The next span's move takes these rows too (they still straddle it), so this span is not retried.
+        log.error("could not settle traffic minutes", extra=kv(until=str(hi), error=str(e)[:2000]), exc_info=True)
+        return hi
     if lo is not None:
-        began = time.monotonic()
-        try:
-            rewrite_apart(spark, spec, settings, column="window_start", lo=lo, hi=hi)
-        except PySparkException as e:
-            log.warning("could not settle traffic minutes", extra=kv(first=str(lo), error=str(e)[:500]))
-            return settled_until
-        log.info(
-            "traffic minutes settled",
-            extra=kv(first=str(lo), until=str(hi), seconds=round(time.monotonic() - began, 1)),
-        )
+        seconds = round(time.monotonic() - began, 1)
+        log.info("traffic minutes settled", extra=kv(first=str(lo), until=str(hi), seconds=seconds))
     return hi
 
 

@@ -105,7 +105,14 @@ def upsert(
 
 
 def rewrite_apart(
-    spark: SparkSession, spec: ViewSpec, settings: Settings, *, column: str, lo: dt.datetime, hi: dt.datetime
+    spark: SparkSession,
+    spec: ViewSpec,
+    settings: Settings,
+    *,
+    column: str,
+    lo: dt.datetime,
+    hi: dt.datetime,
+    attempts: int = 8,
 ) -> None:
     """Rewrite the view's rows with ``lo <= column < hi`` (one date: ``lo``'s) into files of their own, in one commit.
 
@@ -125,7 +132,7 @@ def rewrite_apart(
         rows = spark.read.format("delta").load(uri).where(F.expr(condition))
         rows.write.format("delta").mode("overwrite").option("replaceWhere", condition).save(uri)
 
-    retry_on_conflict(overwrite, what=spec.table)
+    retry_on_conflict(overwrite, what=spec.table, attempts=attempts)
 
 
 def straddling_from(

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from types import SimpleNamespace
 
-from jobs.batch_writers import SETTLED_SPAN, settle_range
+import pytest
+
+import jobs.batch_writers
+from jobs.batch_writers import SETTLED_SPAN, settle, settle_range
 
 WATERMARK = dt.timedelta(minutes=10)
 DAY = dt.datetime(2026, 11, 27)
@@ -49,3 +53,23 @@ def test_a_new_date_starts_from_its_midnight_never_across_two_dates() -> None:
 
 def test_late_batches_of_older_minutes_settle_nothing_again() -> None:
     assert settle_range(at(9, 0), WATERMARK, at(10, 30)) is None
+
+
+def test_a_failed_move_is_logged_and_does_not_stop_the_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the Delta log could not be read")
+
+    monkeypatch.setattr(jobs.batch_writers, "straddling_from", broken)
+    settings = SimpleNamespace(spark=SimpleNamespace(watermark=WATERMARK))
+    # The span is given up (the next span's move takes its rows too): no retry on every batch.
+    assert settle(None, settings, at(10, 40), None) == at(10, 15)  # type: ignore[arg-type]
+
+
+def test_the_newest_minute_is_taken_in_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[dt.datetime] = []
+    monkeypatch.setattr(jobs.batch_writers, "straddling_from", lambda *_a, at, **_k: asked.append(at))
+    settings = SimpleNamespace(spark=SimpleNamespace(watermark=WATERMARK))
+    paris = dt.timezone(dt.timedelta(hours=1))
+    newest = (at(10, 40) + dt.timedelta(hours=1)).replace(tzinfo=paris)  # 10:40 UTC
+    assert settle(None, settings, newest, None) == at(10, 15)  # type: ignore[arg-type]
+    assert asked == [at(10, 15)]
