@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.sketch_columns import digest_of_values, merged_digest, merged_visitors_sketch, visitors_sketch
@@ -38,11 +38,17 @@ def by_dimension(events: DataFrame, dimensions: dict[str, str]) -> DataFrame:
     return exploded.withColumn("dimension", F.col("dim.dimension")).withColumn("value", F.col("dim.value")).drop("dim")
 
 
+def _site_total() -> Column:
+    return F.col("dimension") == ALL
+
+
 def traffic_minutes(events: DataFrame) -> DataFrame:
     """1-minute tumbling windows per site × dimension, with raw value lists for the digests.
 
     The lists are what the streaming state keeps between micro-batches (update mode emits
     the whole window each time); ``with_digests`` turns them into t-digests before writing.
+    Only the site total's rows get values: engagement and load percentiles are reported for the
+    site as a whole (``query.aggregates.totals_of``), so other dimensions' digests stay null.
     """
     window = F.window("event_ts", "1 minute")
     return (
@@ -52,8 +58,10 @@ def traffic_minutes(events: DataFrame) -> DataFrame:
             F.count_if(is_pageview()).alias("pageviews"),
             F.count_if(is_custom_event()).alias("events"),
             visitors_sketch(F.col("visitor_id")).alias("visitors_sketch"),
-            F.collect_list(F.when(F.col("type") == "engagement", F.col("engagement_ms"))).alias("engagement_values"),
-            F.collect_list(F.when(is_pageview(), F.col("load_ms"))).alias("load_values"),
+            F.collect_list(F.when(_site_total() & (F.col("type") == "engagement"), F.col("engagement_ms"))).alias(
+                "engagement_values"
+            ),
+            F.collect_list(F.when(_site_total() & is_pageview(), F.col("load_ms"))).alias("load_values"),
         )
         .select(
             "site_id",
@@ -88,7 +96,11 @@ def with_digests(minutes: DataFrame) -> DataFrame:
 
 
 def roll_up(finer: DataFrame, grain: Grain) -> DataFrame:
-    """Roll traffic rows up to hours or days: exact counts add; sketches and digests merge."""
+    """Roll traffic rows up to hours or days: exact counts add; sketches and digests merge.
+
+    Digests merge for the site total only (rows written before other dimensions' digests were
+    dropped still carry them; they are left out, so every grain holds them for ``all`` alone).
+    """
     start = F.date_trunc(grain, F.col("window_start"))
     return (
         finer.groupBy(F.col("site_id"), start.alias("window_start"), F.col("dimension"), F.col("value"))
@@ -96,8 +108,8 @@ def roll_up(finer: DataFrame, grain: Grain) -> DataFrame:
             F.sum("pageviews").alias("pageviews"),
             F.sum("events").alias("events"),
             merged_visitors_sketch(F.col("visitors_sketch")).alias("visitors_sketch"),
-            F.collect_list("engagement_ms_digest").alias("engagement_digests"),
-            F.collect_list("load_ms_digest").alias("load_digests"),
+            F.collect_list(F.when(_site_total(), F.col("engagement_ms_digest"))).alias("engagement_digests"),
+            F.collect_list(F.when(_site_total(), F.col("load_ms_digest"))).alias("load_digests"),
         )
         .select(
             "site_id",

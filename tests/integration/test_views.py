@@ -163,6 +163,16 @@ def test_views_drop_retried_duplicates_and_exclude_bots(streamed: dict[str, Any]
     assert pages == humans.groupby("path").size().to_dict()
 
 
+@pytest.mark.parametrize("spec", (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D), ids=lambda s: s.table)
+def test_percentile_digests_are_written_for_the_site_total_only(streamed: dict[str, Any], spec: ViewSpec) -> None:
+    # Engagement and load percentiles are reported for the whole site; no report reads a page's or a
+    # source's, so those rows carry none (nor does their state in the stream).
+    rows = _only_site(streamed["stream"][spec])
+    totals, others = rows[rows["dimension"] == "all"], rows[rows["dimension"] != "all"]
+    assert len(others) > 0 and totals["load_ms_p50_p90_p99"].notna().sum() > 0
+    assert others["load_ms_p50_p90_p99"].isna().all() and others["engagement_ms_p50_p90_p99"].isna().all()
+
+
 def test_a_late_event_is_counted_by_every_query_and_a_backfill_includes_it(
     streamed: dict[str, Any], spark: Any
 ) -> None:
