@@ -31,6 +31,7 @@ from jobs.batch_writers import settle
 from jobs.delta_sink import upsert
 from jobs.spark import spark_session
 from jobs.streaming import views_spark_config
+from quality.contracts import contracts
 from tally.settings import load_settings
 from tally.tables import TRAFFIC_1M, ViewSpec
 
@@ -40,28 +41,14 @@ EDGE = 10  # batches at each end whose MERGEs are compared
 
 
 def measure(quick: bool = False, *, batches: int | None = None, rows: int = 1500) -> list[Figure]:
-    from pyspark.sql import types as T
-
     batches = batches or (30 if quick else 60)
     home = Path(tempfile.mkdtemp(prefix="tally-bench-merge-"))
     os.environ.update({"TALLY_HOME": str(home), "TALLY_ENV": ""})
     settings = load_settings()
     spark = spark_session(settings, "tally-bench-traffic-merge", extra=views_spark_config(settings))
-    schema = T.StructType(
-        [
-            T.StructField("site_id", T.StringType()),
-            T.StructField("window_start", T.TimestampType()),
-            T.StructField("window_end", T.TimestampType()),
-            T.StructField("dimension", T.StringType()),
-            T.StructField("value", T.StringType()),
-            T.StructField("pageviews", T.LongType()),
-            T.StructField("events", T.LongType()),
-            T.StructField("visitors_sketch", T.BinaryType()),
-            T.StructField("engagement_ms_digest", T.BinaryType()),
-            T.StructField("load_ms_digest", T.BinaryType()),
-            T.StructField("event_date", T.DateType()),
-        ]
-    )
+    # The table's columns as its data contract declares them (Delta type names parse as Spark DDL).
+    columns = contracts(settings.quality)[TRAFFIC_1M.table].columns
+    schema = ", ".join(f"{name} {kind}" for name, kind in columns.items())
     rnd = random.Random(7)
 
     def minute(m: int, n: int) -> list[tuple[object, ...]]:
