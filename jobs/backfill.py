@@ -261,7 +261,7 @@ def _backfill_chunk(
     ):
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
         counts = {d: n for d, n in by_date.items() if start <= d <= end}
-        read = {"start": str(start), "end": str(end), "events": sum(by_date.values()), "partitions": partitions}
+        read = {"start": str(start), "end": str(end), "events": sum(counts.values()), "partitions": partitions}
         log.info("raw events read", extra=kv(**read, seconds=round(time.monotonic() - began, 1)))
         replaced = replaced_dates(dates_between(start, end), counts, allow_empty=allow_empty)
         for kept in sorted(set(dates_between(start, end)) - set(replaced)):
