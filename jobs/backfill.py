@@ -250,7 +250,7 @@ def _backfill_chunk(
     # Sessions near the range's edges need their neighbours: a gap before, a day after.
     since = F.lit(_midnight(start)) - F.expr(f"INTERVAL {spark_interval(settings.spark.session_gap)}")
     day = dt.timedelta(days=1)
-    began = time.monotonic()
+    reading = time.monotonic()
     rows = raw_rows(spark, settings, start - day, end + day, site_id)
     # The views' map-side aggregates hold a partition's groups in memory, and a scan's partition can
     # be a whole day's file, so the events are cached spread over the raised partitions. They are
@@ -261,8 +261,9 @@ def _backfill_chunk(
     ):
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
         counts = {d: n for d, n in by_date.items() if start <= d <= end}
-        read = {"start": str(start), "end": str(end), "events": sum(counts.values()), "partitions": partitions}
-        log.info("raw events read", extra=kv(**read, seconds=round(time.monotonic() - began, 1)))
+        seconds = round(time.monotonic() - reading, 1)
+        read = kv(start=str(start), end=str(end), events=sum(counts.values()), partitions=partitions, seconds=seconds)
+        log.info("raw events read", extra=read)
         replaced = replaced_dates(dates_between(start, end), counts, allow_empty=allow_empty)
         for kept in sorted(set(dates_between(start, end)) - set(replaced)):
             log.info("no raw events, views kept", extra=kv(date=str(kept), site=site_id))

@@ -13,7 +13,15 @@ import datetime as dt
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.views import GRAIN_INTERVAL, dimension_value, event_date, is_pageview, reportable
+from jobs.views import (
+    GRAIN_INTERVAL,
+    dimension_value,
+    event_date,
+    is_custom_event,
+    is_engagement,
+    is_pageview,
+    reportable,
+)
 from tally.dimensions import ALL, AUDIENCE_DIMENSIONS, VISIT_DIMENSIONS, Grain
 from tally.spans import spark_interval
 
@@ -39,10 +47,8 @@ def sessions(events: DataFrame, gap: dt.timedelta) -> DataFrame:
             F.min("event_ts").alias("session_start"),
             F.max("event_ts").alias("session_end"),
             F.count_if(is_pageview()).alias("pageviews"),
-            F.count_if(F.col("type") == "event").alias("events"),
-            F.coalesce(F.sum(F.when(F.col("type") == "engagement", F.col("engagement_ms"))), F.lit(0)).alias(
-                "engaged_ms"
-            ),
+            F.count_if(is_custom_event()).alias("events"),
+            F.coalesce(F.sum(F.when(is_engagement(), F.col("engagement_ms"))), F.lit(0)).alias("engaged_ms"),
             F.min(_pageview_at()).alias("entry"),
             F.max(_pageview_at()).alias("exit"),
             first.alias("first"),

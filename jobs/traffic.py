@@ -15,7 +15,15 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.sketch_columns import digest_of_values, merged_digest, merged_visitors_sketch, visitors_sketch
-from jobs.views import GRAIN_INTERVAL, dimension_value, event_date, is_custom_event, is_pageview, reportable
+from jobs.views import (
+    GRAIN_INTERVAL,
+    dimension_value,
+    event_date,
+    is_custom_event,
+    is_engagement,
+    is_pageview,
+    reportable,
+)
 from tally.dimensions import ALL, TRAFFIC_DIMENSIONS, Grain
 from tally.spans import spark_interval
 
@@ -58,9 +66,7 @@ def traffic_minutes(events: DataFrame) -> DataFrame:
             F.count_if(is_pageview()).alias("pageviews"),
             F.count_if(is_custom_event()).alias("events"),
             visitors_sketch(F.col("visitor_id")).alias("visitors_sketch"),
-            F.collect_list(F.when(_site_total() & (F.col("type") == "engagement"), F.col("engagement_ms"))).alias(
-                "engagement_values"
-            ),
+            F.collect_list(F.when(_site_total() & is_engagement(), F.col("engagement_ms"))).alias("engagement_values"),
             F.collect_list(F.when(_site_total() & is_pageview(), F.col("load_ms"))).alias("load_values"),
         )
         .select(

@@ -73,6 +73,10 @@ def is_custom_event() -> Column:
     return F.col("type") == "event"
 
 
+def is_engagement() -> Column:
+    return F.col("type") == "engagement"
+
+
 def dimension_value(column: str) -> Column:
     """A dimension's value, with missing ones grouped under ``(none)`` rather than dropped."""
     return F.coalesce(F.col(column).cast("string"), F.lit(NONE_VALUE))
