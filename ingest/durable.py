@@ -15,12 +15,21 @@ import time
 from dataclasses import dataclass
 from itertools import islice
 
+from prometheus_client import Counter
+
 from ingest.eventlog import AckTimeout, AppendFailed, EventLog
 from ingest.spool import Record, Spool
 from tally.log import kv
 from tally.settings import IngestSettings
 
 log = logging.getLogger("tally.ingest.durable")
+
+SPOOLING = Counter(
+    "tally_ingest_spooling_total",
+    "Times a worker turned to its spool, by why: ack_timeout (Kafka slower than ingest.ack_timeout_ms) "
+    "or unavailable (Kafka refused the write or did not deliver it)",
+    ["reason"],
+)
 
 REPLAY_CHUNK = 2000
 REPLAY_INTERVAL_S = 1.0
@@ -65,7 +74,9 @@ class DurableLog:
             return "kafka"
         except AppendFailed as e:
             if not self.degraded:
-                what = "kafka slow to acknowledge" if isinstance(e, AckTimeout) else "kafka unavailable"
+                slow = isinstance(e, AckTimeout)
+                SPOOLING.labels(reason="ack_timeout" if slow else "unavailable").inc()
+                what = "kafka slow to acknowledge" if slow else "kafka unavailable"
                 log.warning(f"{what}, spooling", extra=kv(error=str(e)))
             self.degraded = True
             self.spool.append(records)

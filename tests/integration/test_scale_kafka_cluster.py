@@ -4,11 +4,12 @@
 Under steady open-loop load (each beacon sent once, on schedule, whatever ingest answered before),
 the broker leading a ``pageviews`` partition is killed with SIGKILL. Until the controller elects a new
 leader, Kafka acknowledges nothing for that partition; ingest waits at most ``ingest.ack_timeout_ms``,
-then fsyncs the event to its spool and answers 202. So every beacon is answered 202, the p99 latency
-stays within the bound, the spool is replayed once the new leader is there, and in the end every
-accepted event is in ``raw.pageviews`` exactly once (a late acknowledgement plus the replay make a
-double in Kafka, which the archiver's ``event_id`` deduplication drops) and ``tally audit``'s
-Kafka = raw reconciliation finds nothing lost or doubled.
+then fsyncs the event to its spool and answers 202. So every beacon is answered 202, ingest counts a
+turn to the spool on an ack timeout (it did not wait for the new leader), the spool is replayed once
+the new leader is there, and in the end every accepted event is in ``raw.pageviews`` exactly once (a
+late acknowledgement plus the replay make a double in Kafka, which the archiver's ``event_id``
+deduplication drops) and ``tally audit``'s Kafka = raw reconciliation finds nothing lost or doubled.
+The latency during the election is printed, not asserted.
 """
 
 from __future__ import annotations
@@ -49,8 +50,7 @@ class Phases:
 
 SHORT = Phases(before=5, after=5, rate=20)
 LONG = Phases(before=60, after=120, rate=50)
-ACK_TIMEOUT_MS = 500  # ingest.ack_timeout_ms (its default), set explicitly: the latency bound follows it
-LATENCY_SLACK_S = 0.5  # on top of the ack timeout: the spool's fsync, HTTP, a busy 2-core machine
+ACK_TIMEOUT_MS = 500  # ingest.ack_timeout_ms (its default), set explicitly
 
 
 @dataclass
@@ -122,11 +122,10 @@ def p99(latencies: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
-def spooled_events(metrics_port: int) -> float:
-    """Events ingest made durable in its spool instead of Kafka (its Prometheus counter)."""
+def ingest_counter(metrics_port: int, sample: str) -> float:
+    """A Prometheus sample of ingest's, e.g. ``tally_ingest_stored_total{store="spool"}`` (0 if absent)."""
     text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
-    lines = [line for line in text.splitlines() if line.startswith('tally_ingest_stored_total{store="spool"}')]
-    return sum(float(line.split()[-1]) for line in lines)
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(sample + " "))
 
 
 @dataclass(frozen=True)
@@ -196,15 +195,21 @@ def _kill_a_leader_under_load(stack: Replicated, phases: Phases) -> None:
     assert len(answers) >= (phases.before + phases.after) * phases.rate * 0.9, "the load did not keep its rate"
     refused = Counter(a.status for a in answers if a.status != 202)
     assert not refused, f"not every beacon was accepted: {dict(refused)} (status: count; 0 = no answer)"
-    bound = ACK_TIMEOUT_MS / 1000 + LATENCY_SLACK_S
+    # A request that stopped waiting at ingest.ack_timeout_ms is counted as reason "ack_timeout";
+    # one whose records Kafka failed to deliver (its 5 s delivery timeout) as "unavailable". The
+    # latency is printed, not asserted: tests check behaviour, not wall-clock time (three brokers,
+    # ingest and the archiver share 2 cores).
+    port = stack.settings.ingest.metrics_port
+    spooled = ingest_counter(port, 'tally_ingest_stored_total{store="spool"}')
+    timeouts = ingest_counter(port, 'tally_ingest_spooling_total{reason="ack_timeout"}')
     worst = p99([a.latency_s for a in during])
     election = elected_at - killed_at
-    assert worst <= bound, f"p99 {worst * 1000:.0f} ms during the {election:.1f} s election, over {bound * 1000:.0f} ms"
-    spooled = spooled_events(stack.settings.ingest.metrics_port)
     print(
         f"\nleader election {election:.1f} s: {len(during)} beacons, all 202, p99 {worst * 1000:.0f} ms "
-        f"(bound {bound * 1000:.0f} ms); {spooled:.0f} events spooled by ingest"
+        f"(ingest.ack_timeout_ms {ACK_TIMEOUT_MS}); {spooled:.0f} events spooled by ingest, "
+        f"turns to the spool on an ack timeout: {timeouts:.0f}"
     )
+    assert spooled > 0 and timeouts > 0, "ingest did not stop waiting for Kafka at ingest.ack_timeout_ms"
 
     accepted = set(load.answers)
     wait_for(lambda: accepted <= set(_raw_ids(stack.settings, stack.site)), 180, "the archiver to catch up")
@@ -222,7 +227,7 @@ def _kill_a_leader_under_load(stack: Replicated, phases: Phases) -> None:
     print(f"{len(accepted)} accepted in all, {len(ids)} in raw.pageviews once each (killed broker {victim})")
 
 
-def test_killing_a_partition_leader_under_load_every_beacon_is_accepted_quickly_and_none_lost_or_doubled(
+def test_killing_a_partition_leader_under_load_every_beacon_is_spooled_not_stalled_and_none_lost_or_doubled(
     replicated: Replicated,
 ) -> None:
     _kill_a_leader_under_load(replicated, SHORT)

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from confluent_kafka import KafkaError, KafkaException
+from prometheus_client import REGISTRY
 
 from ingest.durable import DurableLog
-from ingest.eventlog import AppendFailed, EventLog
+from ingest.eventlog import AckTimeout, AppendFailed, EventLog
 from ingest.spool import Record, Spool
 
 R1: Record = ("pageviews", b"k1", b"v1")
@@ -123,6 +124,25 @@ def test_kafka_slower_than_the_ack_timeout_sends_the_request_to_the_spool(tmp_pa
     assert spool.read_own(0)[0] == [R1]
     assert store.health().status == "degraded"
     assert kafka.stored == []
+
+
+def spooling(reason: str) -> float:
+    return REGISTRY.get_sample_value("tally_ingest_spooling_total", {"reason": reason}) or 0.0
+
+
+def test_each_turn_to_the_spool_is_counted_by_why(tmp_path: Path) -> None:
+    before = {r: spooling(r) for r in ("ack_timeout", "unavailable")}
+    slow = durable(FlakyKafka(AckTimeout("slow")), Spool(tmp_path / "a"))
+    down = durable(FlakyKafka(AppendFailed("down")), Spool(tmp_path / "b"))
+
+    async def main() -> None:
+        assert await slow.append([R1]) == "spool"
+        assert await slow.append([R2]) == "spool"  # still degraded: one turn, not two
+        assert await down.append([R1]) == "spool"
+
+    asyncio.run(main())
+    assert spooling("ack_timeout") - before["ack_timeout"] == 1
+    assert spooling("unavailable") - before["unavailable"] == 1
 
 
 def test_health_is_degraded_while_the_spool_waits_then_draining_then_ok(tmp_path: Path) -> None:
