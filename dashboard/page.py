@@ -185,6 +185,19 @@ def data_age(last: dt.datetime | None, now: dt.datetime, refresh: int, timezone:
     st.caption(f"Live: {age}{every} · as of {local_time(now, timezone):%H:%M:%S} {timezone}")
 
 
+def in_fragment(allowed: Callable[[], bool] | None, draw: Callable[[], None]) -> None:
+    """Run ``draw`` as a fragment: a widget in it (a tab picked) reruns it alone, from the answers the
+    page run asked for. Each such rerun first asks ``allowed``, as the live figures do."""
+
+    @st.fragment
+    def part() -> None:
+        if allowed is not None and not allowed():
+            st.rerun(scope="app")  # the gate shows the login form or the refusal
+        draw()
+
+    part()
+
+
 def show(
     settings: Settings,
     sites: list[str],
@@ -283,12 +296,13 @@ def show(
     if not read_only:
         annotate(settings, view.site, today, zone)
     shown_vitals = vitals_panel.read(vitals)
-    panels.top_tables(report, shown_vitals.scroll_depths())
+    in_fragment(allowed, lambda: panels.top_tables(report, shown_vitals.scroll_depths()))
     panels.events_and_goals(report, current, view.goals)
     panels.custom_properties(views, filtered=view.filtered)
     panels.funnel(raw, view.funnel)
     panels.performance(current, report.exact)
-    vitals_panel.core_web_vitals(shown_vitals, tag=vitals_panel.vitals_tag(settings, view.site))
+    tag = vitals_panel.vitals_tag(settings, view.site)
+    in_fragment(allowed, lambda: vitals_panel.core_web_vitals(shown_vitals, tag=tag))
     panels.data_health(settings, checks, every_site=every_site)
     st.caption(f"Figures as of {local_time(now, zone):%H:%M:%S} ({zone}).")
     return view

@@ -106,7 +106,9 @@ def core_web_vitals(shown: VitalsShown, *, tag: str) -> None:
             "No Core Web Vitals were measured in this range. Add t.vitals.js next to the snippet "
             "(your ingest address in place of this one's if it is behind a proxy):"
         )
-        st.code(tag, language="html")
+        # Inline code, not st.code: a code block loads the browser's syntax highlighter (1.5 MB of script
+        # registering every language: about 0.7 s of a new tab's time on this machine, docs/BENCHMARKS.md).
+        st.markdown(f"`{tag}`")
         return
     total = shown.total
     for cell, v in zip(st.columns(len(VITALS)), VITALS, strict=True):
@@ -138,11 +140,19 @@ def core_web_vitals(shown: VitalsShown, *, tag: str) -> None:
     )
     st.altair_chart(chart.properties(height=180), width="stretch")
     st.caption(caption(shown.exact, total.measured))
-    by_page, by_device = st.tabs(["By page", "By device"])
-    with by_page:
-        st.dataframe(breakdown(shown.pages, "Page"), hide_index=True, width="stretch")
-    with by_device:
-        st.dataframe(breakdown(shown.devices, "Device"), hide_index=True, width="stretch")
+    breakdowns(shown)
+
+
+def breakdowns(shown: VitalsShown) -> None:
+    """The by-page and by-device tables: only the open tab's is drawn (picking the other reruns the
+    script; the page runs this panel in a fragment, so only the fragment reruns)."""
+    by_page, by_device = st.tabs(["By page", "By device"], key="vitals_tab", on_change="rerun")
+    if by_page.open:
+        with by_page:
+            st.dataframe(breakdown(shown.pages, "Page"), hide_index=True, width="stretch")
+    if by_device.open:
+        with by_device:
+            st.dataframe(breakdown(shown.devices, "Device"), hide_index=True, width="stretch")
 
 
 def caption(exact: bool, measured: int) -> str:

@@ -107,6 +107,11 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
             "false",
             "--client.toolbarMode",
             "viewer",
+            # No file watcher: a served page does not rerun when its source changes, and Streamlit does
+            # not walk every imported module's path after each script run to watch it (two thirds of
+            # the dashboard process's Python time on a warm page load; docs/BENCHMARKS.md).
+            "--server.fileWatcherType",
+            "none",
         ],
         port=settings.dashboard.port,
         ready=lambda: http_ok(dashboard_url(settings) + "/_stcore/health"),

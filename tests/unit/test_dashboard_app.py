@@ -136,3 +136,19 @@ def test_the_custom_properties_panel_breaks_a_property_down_with_a_csv(settings:
     assert len(shown) == 1 and shown[0]["Value"].tolist() == ["free", "pro"]
     assert shown[0]["events"].tolist() == [5, 3]
     assert any(c.startswith("Visitors (≈ ±") for c in shown[0].columns)
+
+
+def test_the_top_tables_draw_only_the_open_tab_and_picking_another_draws_its_tables(settings: Settings) -> None:
+    app = logged_in(settings).run()
+    assert not app.exception
+    assert [t.label for t in app.tabs][:4] == ["Pages", "Sources", "Devices", "Countries"]
+    titles = [m.value for m in app.markdown]
+    assert {"**Top pages**", "**Entry pages**", "**Exit pages**"} <= set(titles)
+    assert "**Browsers**" not in titles and "**Countries**" not in titles, "a closed tab's tables are drawn"
+
+    app.session_state["top_tab"] = "Devices"  # what picking the tab does
+    app.run()
+    assert not app.exception
+    titles = [m.value for m in app.markdown]
+    assert {"**Browsers**", "**Operating systems**", "**Devices**"} <= set(titles)
+    assert "**Top pages**" not in titles

@@ -140,11 +140,21 @@ def test_the_page_shows_each_vitals_p75_in_its_band_and_the_pages_scroll_depth(s
     assert by_page["Page"].tolist() == ["/pricing"] and by_page["LCP good / NI / poor"].tolist() == ["40 / 40 / 20 %"]
     top_pages = next(d.value for d in app.dataframe if "Scroll depth %" in d.value.columns)
     assert top_pages["Page"].tolist() == ["/pricing"] and top_pages["Scroll depth %"].tolist() == [60]
+    assert not [d for d in app.dataframe if "Device" in d.value.columns], "only the open tab's table is drawn"
+
+    app.session_state["vitals_tab"] = "By device"  # what picking the tab does
+    app.run()
+    assert not app.exception
+    by_device = next(d.value for d in app.dataframe if "Measured page views" in d.value.columns and "Device" in d.value)
+    assert by_device["Device"].tolist() == ["mobile"]
+    assert not [d for d in app.dataframe if "Measured page views" in d.value.columns and "Page" in d.value]
 
 
 def test_with_nothing_measured_the_panel_says_to_add_the_vitals_extension_with_its_tag(settings: Settings) -> None:
     app = logged_in(settings).run()
     assert not app.exception
     assert any("No Core Web Vitals were measured" in i.value and "t.vitals.js" in i.value for i in app.info)
-    assert any(f'data-site="{SITE}"' in c.value and "/t.vitals.js" in c.value for c in app.code)
+    # Inline code: a code block would load the browser's syntax highlighter for one line
+    assert any(f'`<script defer data-site="{SITE}"' in m.value and "/t.vitals.js" in m.value for m in app.markdown)
+    assert not app.code
     assert not [m for m in app.metric if m.label.endswith("p75")]
