@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pandas as pd
 import streamlit as st
 
-from dashboard import health, panels, vitals_panel
+from dashboard import health, panels, top_tables, vitals_panel
 from dashboard.answers import EVERY_TABLE, AnswerCache, AnsweredReport, Asker, filters_key
 from dashboard.controls import sidebar
 from dashboard.view import View, ViewError, from_query, range_label, to_query
@@ -186,16 +186,18 @@ def data_age(last: dt.datetime | None, now: dt.datetime, refresh: int, timezone:
 
 
 def in_fragment(allowed: Callable[[], bool] | None, draw: Callable[[], None]) -> None:
-    """Run ``draw`` as a fragment: a widget in it (a tab picked) reruns it alone, from the answers the
-    page run asked for. Each such rerun first asks ``allowed``, as the live figures do."""
+    """Run ``draw`` as a fragment: a widget in it (a tab picked) reruns it alone. Each such rerun first
+    asks ``allowed``, as the live figures do (the page run itself has just passed the gate)."""
+    page_run = [True]
 
     @st.fragment
-    def part() -> None:
-        if allowed is not None and not allowed():
+    def guarded_part() -> None:
+        if not page_run[0] and allowed is not None and not allowed():
             st.rerun(scope="app")  # the gate shows the login form or the refusal
+        page_run[0] = False
         draw()
 
-    part()
+    guarded_part()
 
 
 def show(
@@ -247,6 +249,7 @@ def show(
     views = views_report(sources, ask, view.site, days)
     grain = view.grain(today)
     panels.ask_ahead(report, previous, vitals, views, raw, view, grain)
+    top_tables.ask_open_tab(report)
     statuses = ask.value(("quarantined",), (QUALITY_PARTITIONS,), lambda: quarantined(settings))
     checks = health.start(ask, settings, view.site, days, now, every_site=every_site)
 
@@ -296,13 +299,16 @@ def show(
     if not read_only:
         annotate(settings, view.site, today, zone)
     shown_vitals = vitals_panel.read(vitals)
-    in_fragment(allowed, lambda: panels.top_tables(report, shown_vitals.scroll_depths()))
+    in_fragment(allowed, lambda: top_tables.top_tables(report, shown_vitals.scroll_depths()))
     panels.events_and_goals(report, current, view.goals)
     panels.custom_properties(views, filtered=view.filtered)
     panels.funnel(raw, view.funnel)
     panels.performance(current, report.exact)
-    tag = vitals_panel.vitals_tag(settings, view.site)
-    in_fragment(allowed, lambda: vitals_panel.core_web_vitals(shown_vitals, tag=tag))
+    vitals_panel.core_web_vitals(
+        shown_vitals,
+        tag=vitals_panel.vitals_tag(settings, view.site),
+        breakdowns_in=lambda draw: in_fragment(allowed, draw),
+    )
     panels.data_health(settings, checks, every_site=every_site)
     st.caption(f"Figures as of {local_time(now, zone):%H:%M:%S} ({zone}).")
     return view

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Mapping
 
 import altair as alt
 import pandas as pd
@@ -25,7 +24,6 @@ from query.goals import Step
 from query.report import Report
 from query.zoned import ZonedReport
 from tally.annotations import Annotation
-from tally.dimensions import NONE_VALUE
 from tally.lag import describe_lag
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.settings import Settings
@@ -49,24 +47,7 @@ def _fmt_duration(seconds: float | None) -> str:
     return f"{minutes}m {secs:02d}s"
 
 
-# The top tables' tabs and what each asks of a report, as (question, dimension, limit), in the order
-# drawn. Only the open tab's are asked ahead (:func:`ask_ahead`) and drawn (:func:`top_tables`).
-TOP_TAB = "top_tab"  # the tabs' widget key: its value in session state is the open tab's label
-TOP_TABS: dict[str, tuple[tuple[str, str, int], ...]] = {
-    "Pages": (("top", "page", 10), ("top_visits", "entry_page", 10), ("top_visits", "exit_page", 10)),
-    "Sources": tuple(("top", d, 10) for d in ("source", "channel", "campaign")),
-    "Devices": tuple(("top", d, 10) for d in ("browser", "os", "device")),
-    "Countries": tuple(("top", d, 50) for d in ("country", "region", "city")),
-}
-EVENTS_QUESTION = ("top", "event", 20)
-
-
-def open_top_tab() -> str:
-    """The label of the top tables' open tab (the first until another is picked)."""
-    picked = st.session_state.get(TOP_TAB)
-    return picked if picked in TOP_TABS else next(iter(TOP_TABS))
-
-
+EVENTS_QUESTION = ("top", "event", 20)  # the custom events table's, asked ahead by :func:`ask_ahead`
 VITALS_DIMENSIONS = ("all", "page", "device")  # what vitals_panel.read asks
 
 
@@ -79,16 +60,16 @@ def ask_ahead(
     view: View,
     grain: str,
 ) -> None:
-    """Start every question the panels below will ask, in the order they are drawn, so that they are
-    computed side by side while the first ones are drawn (:mod:`dashboard.answers`)."""
+    """Start the questions the panels below will ask, in the order they are drawn, so that they are
+    computed side by side while the first ones are drawn (:mod:`dashboard.answers`). The top tables'
+    open tab asks its own (:func:`dashboard.top_tables.ask_open_tab`)."""
     for asked in (report, previous):
         if asked is not None:
             asked.ask("totals")
             asked.ask("series", grain)
     for dimension in VITALS_DIMENSIONS:
         vitals.ask("vitals", dimension)
-    for question, dimension, limit in (*TOP_TABS[open_top_tab()], EVENTS_QUESTION):
-        report.ask(question, dimension, limit)
+    report.ask(*EVENTS_QUESTION)
     for goal in view.goals:
         report.ask("goal", goal)
     views.ask("property_keys")
@@ -215,74 +196,6 @@ def table(title: str, frame: pd.DataFrame, key: str, *, exact: bool, value_label
         shown = shown.rename(columns={"visitors": f"Visitors (≈ ±{bound:.1%})"})
     st.dataframe(shown, hide_index=True, width="stretch")
     csv_button(shown, key)
-
-
-def top_tables(report: Report, scroll_depths: Mapping[str, int] | None = None) -> None:
-    """The top tables; top pages with each page's average scroll depth (%) when pages sent one.
-
-    Only the open tab's tables are drawn (a new browser tab draws 3 tables, not 12); picking another
-    tab reruns the script (the page runs this in a fragment, so only the fragment reruns)."""
-    pages, sources, devices, countries = st.tabs(list(TOP_TABS), key=TOP_TAB, on_change="rerun")
-    exact = report.exact
-    if pages.open:
-        with pages:
-            _top_pages(report, scroll_depths, exact=exact)
-    if sources.open:
-        with sources:
-            _top_sources(report, exact=exact)
-    if devices.open:
-        with devices:
-            _top_devices(report, exact=exact)
-    if countries.open:
-        with countries:
-            _top_places(report, exact=exact)
-
-
-def _top_pages(report: Report, scroll_depths: Mapping[str, int] | None, *, exact: bool) -> None:
-    left, mid, right = st.columns(3)
-    top_pages = report.top("page")
-    if scroll_depths:  # as Plausible: beside page views (query.vitals computes it)
-        top_pages = top_pages.assign(**{"Scroll depth %": top_pages["value"].map(scroll_depths)})
-    with left:
-        table("Top pages", top_pages, "top_pages", exact=exact, value_label="Page")
-    with mid:
-        table("Entry pages", report.top_visits("entry_page"), "entry_pages", exact=exact, value_label="Page")
-    with right:
-        table("Exit pages", report.top_visits("exit_page"), "exit_pages", exact=exact, value_label="Page")
-
-
-def _top_sources(report: Report, *, exact: bool) -> None:
-    left, mid, right = st.columns(3)
-    with left:
-        table("Sources", report.top("source"), "sources", exact=exact, value_label="Source")
-    with mid:
-        table("Channels", report.top("channel"), "channels", exact=exact, value_label="Channel")
-    with right:
-        table("UTM campaigns", report.top("campaign"), "campaigns", exact=exact, value_label="Campaign")
-
-
-def _top_devices(report: Report, *, exact: bool) -> None:
-    left, mid, right = st.columns(3)
-    with left:
-        table("Browsers", report.top("browser"), "browsers", exact=exact, value_label="Browser")
-    with mid:
-        table("Operating systems", report.top("os"), "os", exact=exact, value_label="OS")
-    with right:
-        table("Devices", report.top("device"), "devices", exact=exact, value_label="Device")
-
-
-def _top_places(report: Report, *, exact: bool) -> None:
-    left, mid, right = st.columns(3)
-    with left:
-        table("Countries", report.top("country", limit=50), "countries", exact=exact, value_label="Country")
-    regions, cities = report.top("region", limit=50), report.top("city", limit=50)
-    if (cities["value"] == NONE_VALUE).all():  # no city database: say how to get one
-        st.caption("Regions and cities need a city database: set `geo.city_db` (docs/CONFIGURATION.md).")
-        return
-    with mid:
-        table("Regions", regions, "regions", exact=exact, value_label="Region")
-    with right:
-        table("Cities", cities, "cities", exact=exact, value_label="City")
 
 
 def events_and_goals(report: Report, totals: Totals, goals: tuple[Step, ...]) -> None:

@@ -8,7 +8,8 @@ Every figure comes from the query layer (:mod:`query.vitals`, through a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import altair as alt
@@ -98,8 +99,22 @@ def vitals_tag(settings: Settings, site_id: str) -> str:
     return f'<script defer data-site="{site_id}" src="http://{settings.ingest.host}:{settings.ingest.port}/t.vitals.js"></script>'
 
 
-def core_web_vitals(shown: VitalsShown, *, tag: str) -> None:
-    """The panel: p75 per vital in its band's colour, band shares, and the by-page and by-device tables."""
+VITALS_TAB_KEY = "vitals_tab"  # the breakdown tabs' widget key
+
+
+def code_span(text: str) -> str:
+    """``text`` as a Markdown code span, shown as it is whatever backticks it holds (CommonMark: the
+    fence is one backtick longer than the longest run inside, and the spaces around it are dropped)."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    return f"{fence} {text} {fence}"
+
+
+def core_web_vitals(
+    shown: VitalsShown, *, tag: str, breakdowns_in: Callable[[Callable[[], None]], None] | None = None
+) -> None:
+    """The panel: p75 per vital in its band's colour, band shares, and the by-page and by-device tables
+    (drawn by ``breakdowns_in``: the page runs them in a fragment, so picking a tab reruns them alone)."""
     st.subheader("Core Web Vitals")
     if not shown.measured or shown.total is None:
         st.info(
@@ -108,7 +123,7 @@ def core_web_vitals(shown: VitalsShown, *, tag: str) -> None:
         )
         # Inline code, not st.code: a code block loads the browser's syntax highlighter (1.5 MB of script
         # registering every language: about 0.7 s of a new tab's time on this machine, docs/BENCHMARKS.md).
-        st.markdown(f"`{tag}`")
+        st.markdown(code_span(tag))
         return
     total = shown.total
     for cell, v in zip(st.columns(len(VITALS)), VITALS, strict=True):
@@ -140,13 +155,15 @@ def core_web_vitals(shown: VitalsShown, *, tag: str) -> None:
     )
     st.altair_chart(chart.properties(height=180), width="stretch")
     st.caption(caption(shown.exact, total.measured))
-    breakdowns(shown)
+    if breakdowns_in is None:
+        breakdowns(shown)
+    else:
+        breakdowns_in(lambda: breakdowns(shown))
 
 
 def breakdowns(shown: VitalsShown) -> None:
-    """The by-page and by-device tables: only the open tab's is drawn (picking the other reruns the
-    script; the page runs this panel in a fragment, so only the fragment reruns)."""
-    by_page, by_device = st.tabs(["By page", "By device"], key="vitals_tab", on_change="rerun")
+    """The by-page and by-device tables: only the open tab's is drawn (both were read with the panel)."""
+    by_page, by_device = st.tabs(["By page", "By device"], key=VITALS_TAB_KEY, on_change="rerun")
     if by_page.open:
         with by_page:
             st.dataframe(breakdown(shown.pages, "Page"), hide_index=True, width="stretch")

@@ -19,6 +19,7 @@ import httpx
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from playwright.sync_api import expect
 
 from tests.e2e.conftest import ARTIFACTS, RunningStack
 
@@ -162,3 +163,11 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
     assert download.value.suggested_filename == "top_pages.csv" and rows[0][0] == "Page", rows[:2]
     views = [int(r[rows[0].index("pageviews")]) for r in rows[1:]]
     assert views and sum(views) <= expected[0] and views == sorted(views, reverse=True), rows
+
+    # Only the open tab's tables are drawn; picking another tab reruns that panel alone and draws its own.
+    assert page.get_by_text("Browsers", exact=True).count() == 0, "a closed tab's table is drawn"
+    page.get_by_role("tab", name="Devices").click()
+    page.get_by_text("Browsers", exact=True).first.wait_for(timeout=30000)
+    # The tab left empties once the panel's rerun is over (its elements are taken away at the end).
+    expect(page.get_by_text("Top pages", exact=True)).to_have_count(0, timeout=30000)
+    assert page.evaluate("window.__xss") is None and not dialogs

@@ -174,6 +174,15 @@ def _raw_ids(settings: Settings, site: str) -> Counter[str]:
     return Counter(ids.column("event_id").to_pylist())
 
 
+def _spooling(stack: Replicated) -> tuple[float, float]:
+    """Events ingest has spooled so far, and its turns to the spool on an ack timeout."""
+    port = stack.settings.ingest.metrics_port
+    return (
+        ingest_counter(port, 'tally_ingest_stored_total{store="spool"}'),
+        ingest_counter(port, 'tally_ingest_spooling_total{reason="ack_timeout"}'),
+    )
+
+
 def _kill_a_leader_under_load(stack: Replicated, phases: Phases) -> None:
     k = stack.settings.kafka
     assert set(stack.cluster.in_sync(k.pageviews_topic).values()) == {3}, "topics are not replicated 3 times"
@@ -181,6 +190,7 @@ def _kill_a_leader_under_load(stack: Replicated, phases: Phases) -> None:
         time.sleep(phases.before)
         victim = stack.cluster.leader(k.pageviews_topic, 0)
         raw_at_kill = sum(_raw_ids(stack.settings, stack.site).values())
+        spooled_before, timeouts_before = _spooling(stack)
         killed_at = time.time()
         stack.cluster.kill9(victim)
         # The controller declares the victim dead only after its session timeout (and first elects a
@@ -199,17 +209,17 @@ def _kill_a_leader_under_load(stack: Replicated, phases: Phases) -> None:
     # one whose records Kafka failed to deliver (its 5 s delivery timeout) as "unavailable". The
     # latency is printed, not asserted: tests check behaviour, not wall-clock time (three brokers,
     # ingest and the archiver share 2 cores).
-    port = stack.settings.ingest.metrics_port
-    spooled = ingest_counter(port, 'tally_ingest_stored_total{store="spool"}')
-    timeouts = ingest_counter(port, 'tally_ingest_spooling_total{reason="ack_timeout"}')
+    spooled, timeouts = (
+        after - before for after, before in zip(_spooling(stack), (spooled_before, timeouts_before), strict=True)
+    )
     worst = p99([a.latency_s for a in during])
     election = elected_at - killed_at
     print(
         f"\nleader election {election:.1f} s: {len(during)} beacons, all 202, p99 {worst * 1000:.0f} ms "
-        f"(ingest.ack_timeout_ms {ACK_TIMEOUT_MS}); {spooled:.0f} events spooled by ingest, "
+        f"(ingest.ack_timeout_ms {ACK_TIMEOUT_MS}); since the kill {spooled:.0f} events spooled by ingest, "
         f"turns to the spool on an ack timeout: {timeouts:.0f}"
     )
-    assert spooled > 0 and timeouts > 0, "ingest did not stop waiting for Kafka at ingest.ack_timeout_ms"
+    assert spooled > 0 and timeouts > 0, "ingest did not stop waiting for Kafka at ingest.ack_timeout_ms after the kill"
 
     accepted = set(load.answers)
     wait_for(lambda: accepted <= set(_raw_ids(stack.settings, stack.site)), 180, "the archiver to catch up")

@@ -13,6 +13,7 @@ import dashboard.login
 from dashboard.auth import write_file_users
 from dashboard.passwords import hash_password
 from dashboard.sessions import Sessions
+from dashboard.top_tables import TOP_TAB_KEY
 from quality.quarantine import record_statuses
 from tally.annotations import load_annotations
 from tally.quarantine import PartitionStatus
@@ -146,7 +147,7 @@ def test_the_top_tables_draw_only_the_open_tab_and_picking_another_draws_its_tab
     assert {"**Top pages**", "**Entry pages**", "**Exit pages**"} <= set(titles)
     assert "**Browsers**" not in titles and "**Countries**" not in titles, "a closed tab's tables are drawn"
 
-    app.session_state["top_tab"] = "Devices"  # what picking the tab does
+    app.session_state[TOP_TAB_KEY] = "Devices"  # what picking the tab does
     app.run()
     assert not app.exception
     titles = [m.value for m in app.markdown]

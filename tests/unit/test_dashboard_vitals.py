@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import dashboard.login
 from dashboard.auth import write_file_users
 from dashboard.passwords import hash_password
 from dashboard.sessions import Sessions
-from dashboard.vitals_panel import VitalsShown, breakdown, caption, p75_text, shares_frame
+from dashboard.vitals_panel import VITALS_TAB_KEY, VitalsShown, breakdown, caption, code_span, p75_text, shares_frame
 from query.vitals import BandCounts, VitalFigures
 from tally.settings import DashboardUser, Settings, load_settings
 from tally.sketches import digest_from_values, sketch_from_ids
@@ -142,7 +143,7 @@ def test_the_page_shows_each_vitals_p75_in_its_band_and_the_pages_scroll_depth(s
     assert top_pages["Page"].tolist() == ["/pricing"] and top_pages["Scroll depth %"].tolist() == [60]
     assert not [d for d in app.dataframe if "Device" in d.value.columns], "only the open tab's table is drawn"
 
-    app.session_state["vitals_tab"] = "By device"  # what picking the tab does
+    app.session_state[VITALS_TAB_KEY] = "By device"  # what picking the tab does
     app.run()
     assert not app.exception
     by_device = next(d.value for d in app.dataframe if "Measured page views" in d.value.columns and "Device" in d.value)
@@ -155,6 +156,14 @@ def test_with_nothing_measured_the_panel_says_to_add_the_vitals_extension_with_i
     assert not app.exception
     assert any("No Core Web Vitals were measured" in i.value and "t.vitals.js" in i.value for i in app.info)
     # Inline code: a code block would load the browser's syntax highlighter for one line
-    assert any(f'`<script defer data-site="{SITE}"' in m.value and "/t.vitals.js" in m.value for m in app.markdown)
+    assert any(m.value.startswith("` <script defer") and f'data-site="{SITE}"' in m.value for m in app.markdown)
     assert not app.code
     assert not [m for m in app.metric if m.label.endswith("p75")]
+
+
+def test_the_tag_is_shown_as_a_code_span_whatever_backticks_it_holds() -> None:
+    from markdown_it import MarkdownIt  # a CommonMark parser, as the page's Markdown is
+
+    for text in ('<script data-site="a">', "a`b", "``x``", "`"):
+        html = MarkdownIt().renderInline(code_span(text))
+        assert html == f"<code>{escape(text)}</code>", (text, html)
