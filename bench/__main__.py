@@ -19,6 +19,7 @@ from bench import (
     backfill,
     dashboard,
     dashboard_browser,
+    drilldown,
     hll,
     ingest,
     precision,
@@ -121,6 +122,21 @@ BENCHMARKS = [
         note=soak.NOTE,
     ),
 ]
+BENCHMARKS.append(
+    Benchmark(
+        "drilldown",
+        "Drill-down after the archiver's commits: the range's scan extended, side by side with reading it again",
+        drilldown.measure,
+        f"{PY} bench.drilldown",
+        note="A filtered page's first question (visitors, page views, visits, bounce rate and duration by entry"
+        " page, country DE, 90 days of bench.dashboard's 1M-event data set) after 5 commits of 1,000 events to a"
+        " copy of its raw.pageviews, asked twice per round in the same run, taking turns at going first: over"
+        " the range's scan extended by the added files (`query.scans`), and over a new read of the range (what"
+        " every new table version cost before). Then the same question again over each scan, warm. Each round"
+        " checks that both answers are equal. Before this, the benchmark of the page in a browser hid the cost:"
+        " its data set never changes, so its filters always found the scan of their version.",
+    )
+)
 BENCHMARKS.append(
     Benchmark(
         "api",

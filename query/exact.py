@@ -22,10 +22,7 @@ import dataclasses
 import datetime as dt
 import itertools
 import re
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,168 +32,19 @@ import pyarrow.dataset as ds
 
 from query.aggregates import Range
 from query.goals import Step
+from query.raw_events import COLUMNS, MEMORY_LIMIT, VISIT_ATTRIBUTES, Interval, open_events, visits_sql, within
+from query.scans import prepared_scan
 from query.site_time import UTC, is_utc
 from query.spec import GOAL, PERCENTILE_METRICS, VISIT_METRICS, Filter, Query, QueryError, dimension
-from tally.dimensions import AUDIENCE_DIMENSIONS, NONE_VALUE
-from tally.vitals import SCROLL_DEPTH_COLUMN, VITALS
+from tally.dimensions import NONE_VALUE
 
 # "events" counts custom events (the dashboard's word); "all_events" page views and custom events
 # (Plausible's `events`). With an event:goal dimension both count conversions.
 EVENT_METRICS = ("visitors", "pageviews", "events", "all_events", *PERCENTILE_METRICS)
 VISIT_SUMS = ("visits", "bounces", "duration_ms", "visit_pageviews")
-MEMORY_LIMIT = "2GB"  # per question answered from raw events
-# What a visit takes from its first event (the visit dimensions besides entry and exit page).
-VISIT_ATTRIBUTES = (*AUDIENCE_DIMENSIONS, "referrer", "utm_source", "utm_medium", "utm_content", "utm_term")
-_COLUMNS = "visitor_id, event_time, event_id, type, path, name, hostname, props, engagement_ms, load_ms, " + ", ".join(
-    VISIT_ATTRIBUTES
-)
 _READS_EVENTS = re.compile(r"\b[eg]\.")  # SQL that reads an event's (``e``) or a goal's (``g``) columns
 _TRUNC = {"hour": "hour", "day": "day", "week": "week", "month": "month"}
 Row = dict[str, Any]
-
-
-def open_events(raw: ds.Dataset, site_id: str, days: Range, columns: str) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with a view ``ev``: the site's non-bot events of the dates, those columns
-    (a column a table written by an older Tally lacks, such as ``region``, reads as NULL)."""
-    present = set(raw.schema.names)
-    selected = ", ".join(c if c in present else f"NULL::VARCHAR AS {c}" for c in columns.split(", "))
-    # Bounded, so that one question cannot take the machine: past the limit DuckDB spills to disk
-    # or fails the query (a 400 the engine reports), never the process.
-    con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": 2})
-    con.register("raw", raw)
-    # A view cannot take prepared parameters: the site is a configured id and the dates are
-    # dates, quoted as SQL literals here.
-    site = site_id.replace("'", "''")
-    con.execute(
-        f"CREATE TEMP VIEW ev AS SELECT {selected} FROM raw WHERE site_id = '{site}' "
-        f"AND event_date BETWEEN DATE '{days.start.isoformat()}' AND DATE '{days.end.isoformat()}' "
-        "AND NOT coalesce(is_bot, false)"
-    )
-    return con
-
-
-Interval = tuple[dt.datetime, dt.datetime] | None
-
-
-def within(interval: Interval, alias: str = "") -> str:
-    """SQL condition keeping the events inside a half-open UTC interval (``true`` for None)."""
-    if interval is None:
-        return "true"
-    start, end = (int(t.timestamp() * 1000) for t in interval)
-    return f"{alias}event_time >= {start} AND {alias}event_time < {end}"
-
-
-ScanKey = tuple[object, ...]
-PREPARED_SCANS = 2  # scans kept per process: a page's range and its comparison period
-SCAN_DATABASE = "scan"  # the in-memory database a PreparedScan's tables are in
-
-
-def _visits_sql(source: str, gap_ms: int, temp: str = "TEMP ") -> str:
-    """Sessionise ``source`` (events) into ``numbered`` (each event with its visit number, and
-    ``starts`` = 1 on a visit's first event) and ``visits`` (one row per visit with a page view, with
-    the attributes of its first event), with the views' rule (``jobs/sessions.py``)."""
-    attributes = ", ".join(VISIT_ATTRIBUTES)
-    return f"""
-        CREATE {temp}TABLE numbered AS
-        WITH marked AS (
-            SELECT *, CASE WHEN event_time - lag(event_time) OVER w < {int(gap_ms)} THEN 0 ELSE 1 END AS starts
-            FROM {source} WINDOW w AS (PARTITION BY visitor_id ORDER BY event_time, event_id)
-        )
-        SELECT *, sum(starts) OVER (PARTITION BY visitor_id ORDER BY event_time, event_id) AS visit FROM marked;
-        CREATE {temp}TABLE visits AS
-        WITH counted AS (
-            SELECT visitor_id, visit, min(event_time) AS started, max(event_time) - min(event_time) AS duration_ms,
-                   count(*) FILTER (WHERE type = 'pageview') AS pageviews,
-                   arg_min(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS entry_page,
-                   arg_max(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS exit_page
-            FROM numbered GROUP BY visitor_id, visit HAVING count(*) FILTER (WHERE type = 'pageview') > 0
-        )
-        SELECT counted.*, {", ".join(f"firsts.{a}" for a in VISIT_ATTRIBUTES)}
-        FROM counted JOIN (SELECT visitor_id, visit, {attributes} FROM numbered WHERE starts = 1) firsts
-        USING (visitor_id, visit)
-    """
-
-
-# A prepared scan also answers the page's Core Web Vitals (query.vitals.ExactVitals).
-_SCAN_COLUMNS = ", ".join([_COLUMNS, SCROLL_DEPTH_COLUMN, *(v.column for v in VITALS)])
-
-
-def prepared_scan(
-    raw: ds.Dataset, snapshot: tuple[str, int], site_id: str, days: Range, interval: Interval, gap_ms: int
-) -> PreparedScan:
-    """The :class:`PreparedScan` of a table version's events of a site and range (built once, then kept)."""
-    key = (*snapshot, site_id, days.start, days.end, interval, gap_ms)
-    return SCANS.get(key, lambda: PreparedScan(raw, site_id, days, interval, gap_ms))
-
-
-class PreparedScan:
-    """One site's events of a range, read once from a table version into a DuckDB database of their
-    own and sessionised there once (``numbered``, ``visits``; ``evr`` is ``numbered``'s events).
-
-    Every question over the same range reads these tables instead of scanning and sessionising
-    the raw events again: a filtered dashboard page asks about twenty, and each filter is a
-    ``WHERE`` over the same events (a visit matches when one of its events does), so a new filter
-    costs only its own queries. Questions run side by side, each on a cursor of its own.
-    """
-
-    def __init__(self, raw: ds.Dataset, site_id: str, days: Range, interval: Interval, gap_ms: int) -> None:
-        self.con = open_events(raw, site_id, days, _SCAN_COLUMNS)
-        self.con.execute(f"CREATE TEMP VIEW scanned AS SELECT * FROM ev WHERE {within(interval)}")
-        # Kept compressed, as DuckDB keeps a file: 1M events over 30 days took 14 MB instead of 73,
-        # and a question over them about 10 ms longer.
-        self.con.execute(f"ATTACH ':memory:' AS {SCAN_DATABASE} (COMPRESS)")
-        self.con.execute(f"USE {SCAN_DATABASE}")
-        self.con.execute(_visits_sql("temp.scanned", gap_ms, temp=""))  # the one read of the dataset
-        self.con.execute("CREATE VIEW evr AS SELECT * EXCLUDE (starts, visit) FROM numbered")
-        self.con.unregister("raw")  # the events are copied: the dataset's files are not read again
-
-    @contextmanager
-    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection of this question's own to the scan's database (closed after)."""
-        cursor = self.con.cursor()
-        try:
-            cursor.execute(f"USE {SCAN_DATABASE}")
-            yield cursor
-        finally:
-            cursor.close()
-
-
-class PreparedScans:
-    """The :class:`PreparedScan` of each recent (table version, site, range), at most ``size`` of them;
-    one is built once even when several threads ask for it together."""
-
-    def __init__(self, size: int = PREPARED_SCANS) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._scans: OrderedDict[ScanKey, PreparedScan] = OrderedDict()
-        self._building: dict[ScanKey, threading.Lock] = {}
-
-    def get(self, key: ScanKey, build: Callable[[], PreparedScan]) -> PreparedScan:
-        """The scan kept under ``key``, or ``build()``'s (kept, the least recently used dropped)."""
-        with self._lock:
-            if key in self._scans:
-                self._scans.move_to_end(key)
-                return self._scans[key]
-            building = self._building.setdefault(key, threading.Lock())
-        with building:
-            with self._lock:
-                if key in self._scans:
-                    return self._scans[key]
-            try:
-                scan = build()
-            finally:
-                with self._lock:
-                    self._building.pop(key, None)  # a failed build is tried again by the next question
-            with self._lock:
-                self._scans[key] = scan
-                while len(self._scans) > self.size:
-                    # dropped, not closed: a question still reading it holds it, and its database
-                    # is freed with the last reference
-                    self._scans.popitem(last=False)
-            return scan
-
-
-SCANS = PreparedScans()  # this process's scans (the dashboard's drill-downs)
 
 
 @dataclass
@@ -219,7 +67,7 @@ class ExactQuery:
     gap_ms: int
     goals: tuple[Step, ...] = ()  # none configured: every custom event name is a goal
     # The table's identity and version (``raw``'s snapshot): given, the events of a range are read
-    # and sessionised once for every question over it (:class:`PreparedScan`); None reads them per question.
+    # and sessionised once for every question over it (:class:`query.scans.PreparedScan`); None reads them per question.
     snapshot: tuple[str, int] | None = None
     exact = True
 
@@ -236,14 +84,14 @@ class ExactQuery:
         interval = query.utc_interval()  # date-times, or the site's local days
         if self.snapshot is not None:
             return self._prepared_measure(query, interval)
-        with open_events(self.raw, self.site_id, Range(*query.utc_dates()), _COLUMNS) as con:
+        with open_events(self.raw, self.site_id, Range(*query.utc_dates()), COLUMNS) as con:
             con.execute(f"CREATE TEMP VIEW evr AS SELECT * FROM ev WHERE {within(interval)}")
             if _needs_visits(query):
-                con.execute(_visits_sql("evr", self.gap_ms))
+                con.execute(visits_sql("evr", self.gap_ms))
             return self._answer(con, query)
 
     def _prepared_measure(self, query: Query, interval: Interval) -> list[Row]:
-        """:meth:`measure` over the range's :class:`PreparedScan` (read and sessionised once)."""
+        """:meth:`measure` over the range's :class:`query.scans.PreparedScan` (read and sessionised once)."""
         assert self.snapshot is not None
         scan = prepared_scan(self.raw, self.snapshot, self.site_id, Range(*query.utc_dates()), interval, self.gap_ms)
         with scan.cursor() as con:

@@ -20,8 +20,9 @@ import pandas as pd
 import pyarrow.dataset as ds
 
 from query.aggregates import Range, Totals
-from query.exact import ExactQuery, goal_label, open_events, within
+from query.exact import ExactQuery, goal_label
 from query.goals import Step
+from query.raw_events import open_events, within
 from query.site_time import UTC, LocalDays, is_utc
 from query.site_time import buckets as site_buckets
 from query.spec import GOAL, PROPS_PREFIX, Filter, Query
@@ -53,7 +54,7 @@ class RawQuery:
     filters: Mapping[str, str]
     gap_ms: int
     timezone: str = UTC  # the zone ``days`` are the site's local days in
-    snapshot: tuple[str, int] | None = None  # the table and version ``raw`` reads (query.exact.PreparedScan)
+    snapshot: tuple[str, int] | None = None  # the table and version ``raw`` reads (query.scans.PreparedScan)
     exact = True
 
     def _connect(self) -> duckdb.DuckDBPyConnection:

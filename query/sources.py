@@ -58,7 +58,7 @@ class Sources:
 
     def raw_snapshot(self, *, shared: bool) -> tuple[ds.Dataset, tuple[str, int]] | None:
         """raw.pageviews as an Arrow dataset, and its (table, version): the key of its prepared scans
-        (:class:`query.exact.PreparedScan`); None before the archiver has written anything.
+        (:class:`query.scans.PreparedScan`); None before the archiver has written anything.
 
         ``shared``: the snapshot the aggregate reads keep (:class:`Aggregates`, reloaded when a new
         version shows up, at most every few seconds): the dashboard keys its answers on that version,

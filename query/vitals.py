@@ -30,8 +30,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from query.aggregates import Aggregates, Range
-from query.exact import MEMORY_LIMIT, VISIT_ATTRIBUTES, event_condition, open_events, prepared_scan, within
+from query.exact import event_condition
+from query.raw_events import MEMORY_LIMIT, VISIT_ATTRIBUTES, open_events, within
 from query.report import VitalsReport
+from query.scans import prepared_scan
 from query.site_time import LocalDays, is_utc
 from query.spec import (
     SCROLL_DEPTH,
@@ -198,7 +200,7 @@ class ExactVitals:
     filters: tuple[Filter, ...] = ()
     between: tuple[dt.datetime, dt.datetime] | None = None
     # The table and version ``raw`` reads, and the session gap: given, the figures are read from the
-    # range's prepared scan, which the page's other drill-downs share (query.exact.PreparedScan).
+    # range's prepared scan, which the page's other drill-downs share (query.scans.PreparedScan).
     snapshot: tuple[str, int] | None = None
     gap_ms: int = 0
     exact = True

@@ -1,4 +1,4 @@
-"""A range's raw events read and sessionised once for every question over it (query.exact.PreparedScan):
+"""A range's raw events read and sessionised once for every question over it (query.scans.PreparedScan):
 the answers are those of a scan per question, to the row, and the scan is built once."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from query import exact
+from query import scans as scans_module
 from query.aggregates import Range
-from query.exact import ExactQuery, PreparedScan, PreparedScans
+from query.exact import ExactQuery
 from query.goals import Step
 from query.plausible import parse_query
+from query.scans import PreparedScan, PreparedScans
 from query.spec import Filter, Query, QueryError
 from query.vitals import ExactVitals
 from tests.unit.test_query_exact import EVENTS, GAP_MS, SITE, START, TODAY, dataset
@@ -49,7 +50,7 @@ BODIES: list[dict[str, Any]] = [
 def scans(monkeypatch: pytest.MonkeyPatch) -> PreparedScans:
     """A process's scans of their own for each test (the module keeps one set per process)."""
     fresh = PreparedScans()
-    monkeypatch.setattr(exact, "SCANS", fresh)
+    monkeypatch.setattr(scans_module, "SCANS", fresh)
     return fresh
 
 
@@ -76,13 +77,13 @@ def test_questions_asked_side_by_side_share_one_scan_built_once(
     scans: PreparedScans, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     built: list[PreparedScan] = []
-    original = PreparedScan.__init__
+    original = PreparedScan.read.__func__  # type: ignore[attr-defined]
 
-    def counting(self: PreparedScan, *args: Any, **kw: Any) -> None:
-        built.append(self)
-        original(self, *args, **kw)
+    def counting(cls: type[PreparedScan], *args: Any, **kw: Any) -> PreparedScan:
+        built.append(scan := original(cls, *args, **kw))
+        return scan  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(PreparedScan, "__init__", counting)
+    monkeypatch.setattr(PreparedScan, "read", classmethod(counting))
     questions = [query(b) for b in BODIES[:7]] * 3  # one range, every kind of question
     alone = [rows(engine(None).answer(q)) for q in questions]
     together = threading.Barrier(6)  # the six threads' first questions start at once
@@ -100,16 +101,18 @@ def test_questions_asked_side_by_side_share_one_scan_built_once(
     assert len(built) == 1, "one range of one table version is read and sessionised once"
 
 
-def test_a_new_table_version_or_range_is_a_new_scan_and_old_ones_are_dropped(scans: PreparedScans) -> None:
+def test_a_new_table_version_or_range_is_a_new_scan_and_old_ranges_are_dropped(scans: PreparedScans) -> None:
     whole = query(BODIES[0])
     first_week = query({**BODIES[0], "date_range": [START.isoformat(), (START + dt.timedelta(days=6)).isoformat()]})
+    last_week = query({**BODIES[0], "date_range": [(TODAY - dt.timedelta(days=6)).isoformat(), TODAY.isoformat()]})
     engine(SNAPSHOT).answer(whole)
-    engine((SNAPSHOT[0], SNAPSHOT[1] + 1)).answer(whole)
-    assert len(scans._scans) == 2
-    engine(SNAPSHOT).answer(first_week)  # a third: the least recently used goes
-    keys = list(scans._scans)
+    engine((SNAPSHOT[0], SNAPSHOT[1] + 1)).answer(whole)  # a table in memory has no files: read again
+    assert [list(v) for v in scans._ranges.values()] == [[SNAPSHOT[1], SNAPSHOT[1] + 1]]
+    engine(SNAPSHOT).answer(first_week)
+    engine(SNAPSHOT).answer(last_week)  # a third range: the least recently used goes
+    keys = list(scans._ranges)
     assert len(keys) == scans.size == 2
-    assert keys[0][1] == SNAPSHOT[1] + 1 and keys[1][3] == first_week.start
+    assert [k[2] for k in keys] == [first_week.start, last_week.start]
 
 
 def test_a_bad_regular_expression_over_a_prepared_scan_is_still_a_clear_error() -> None:
@@ -134,4 +137,4 @@ def test_core_web_vitals_over_a_prepared_scan_are_those_of_a_scan_of_their_own(
         today=VITALS_DAY,
     )
     ExactQuery(raw, VITALS_SITE, GAP_MS, snapshot=SNAPSHOT).answer(asked)
-    assert len(scans._scans) == 1
+    assert len(scans._ranges) == 1

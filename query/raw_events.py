@@ -1,0 +1,90 @@
+"""One site's raw events (``raw.pageviews``) in DuckDB: the columns questions read, the view ``ev``
+of a site's non-bot events of some dates, the condition of a UTC interval, and sessionising.
+
+Shared by the exact engine (:mod:`query.exact`), the drill-downs (:mod:`query.raw`), the exact
+vitals (:mod:`query.vitals`) and the prepared scans (:mod:`query.scans`), so that each reads and
+sessionises the events one way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import pyarrow.dataset as ds
+
+from query.aggregates import Range
+from tally.dimensions import AUDIENCE_DIMENSIONS
+from tally.vitals import SCROLL_DEPTH_COLUMN, VITALS
+
+MEMORY_LIMIT = "2GB"  # per question answered from raw events
+# What a visit takes from its first event (the visit dimensions besides entry and exit page).
+VISIT_ATTRIBUTES = (*AUDIENCE_DIMENSIONS, "referrer", "utm_source", "utm_medium", "utm_content", "utm_term")
+# The columns an exact question reads; a prepared scan also answers Core Web Vitals.
+COLUMNS = "visitor_id, event_time, event_id, type, path, name, hostname, props, engagement_ms, load_ms, " + ", ".join(
+    VISIT_ATTRIBUTES
+)
+SCAN_COLUMNS = ", ".join([COLUMNS, SCROLL_DEPTH_COLUMN, *(v.column for v in VITALS)])
+
+Interval = tuple[dt.datetime, dt.datetime] | None
+
+
+def open_events(
+    raw: ds.Dataset, site_id: str, days: Range, columns: str, con: duckdb.DuckDBPyConnection | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with a view ``ev``: the site's non-bot events of the dates, those columns
+    (a column a table written by an older Tally lacks, such as ``region``, reads as NULL).
+    ``con``: a connection (a cursor of a DuckDB already open) to add them to instead of a new one."""
+    present = set(raw.schema.names)
+    selected = ", ".join(c if c in present else f"NULL::VARCHAR AS {c}" for c in columns.split(", "))
+    if con is None:
+        # Bounded, so that one question cannot take the machine: past the limit DuckDB spills to
+        # disk or fails the query (a 400 the engine reports), never the process.
+        con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": 2})
+    con.register("raw", raw)
+    # A view cannot take prepared parameters: the site is a configured id and the dates are
+    # dates, quoted as SQL literals here.
+    site = site_id.replace("'", "''")
+    con.execute(
+        f"CREATE TEMP VIEW ev AS SELECT {selected} FROM raw WHERE site_id = '{site}' "
+        f"AND event_date BETWEEN DATE '{days.start.isoformat()}' AND DATE '{days.end.isoformat()}' "
+        "AND NOT coalesce(is_bot, false)"
+    )
+    return con
+
+
+def within(interval: Interval, alias: str = "") -> str:
+    """SQL condition keeping the events inside a half-open UTC interval (``true`` for None)."""
+    if interval is None:
+        return "true"
+    start, end = (int(t.timestamp() * 1000) for t in interval)
+    return f"{alias}event_time >= {start} AND {alias}event_time < {end}"
+
+
+def visits_sql(source: str, gap_ms: int, database: str | None = None) -> str:
+    """Sessionise ``source`` (events) into ``numbered`` (each event with its visit number, and
+    ``starts`` = 1 on a visit's first event) and ``visits`` (one row per visit with a page view,
+    with the attributes of its first event), with the views' rule (``jobs/sessions.py``).
+    ``database``: the attached database the two tables are made in (None: the connection's own
+    temporary tables)."""
+    attributes = ", ".join(VISIT_ATTRIBUTES)
+    create, into = ("CREATE TEMP TABLE ", "") if database is None else ("CREATE TABLE ", f"{database}.main.")
+    return f"""
+        {create}{into}numbered AS
+        WITH marked AS (
+            SELECT *, CASE WHEN event_time - lag(event_time) OVER w < {int(gap_ms)} THEN 0 ELSE 1 END AS starts
+            FROM {source} WINDOW w AS (PARTITION BY visitor_id ORDER BY event_time, event_id)
+        )
+        SELECT *, sum(starts) OVER (PARTITION BY visitor_id ORDER BY event_time, event_id) AS visit FROM marked;
+        {create}{into}visits AS
+        WITH counted AS (
+            SELECT visitor_id, visit, min(event_time) AS started, max(event_time) - min(event_time) AS duration_ms,
+                   count(*) FILTER (WHERE type = 'pageview') AS pageviews,
+                   arg_min(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS entry_page,
+                   arg_max(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS exit_page
+            FROM {into}numbered GROUP BY visitor_id, visit HAVING count(*) FILTER (WHERE type = 'pageview') > 0
+        )
+        SELECT counted.*, {", ".join(f"firsts.{a}" for a in VISIT_ATTRIBUTES)}
+        FROM counted JOIN (SELECT visitor_id, visit, {attributes} FROM {into}numbered WHERE starts = 1) firsts
+        USING (visitor_id, visit)
+    """
