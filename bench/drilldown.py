@@ -1,6 +1,6 @@
 """Drill-down benchmark: a filtered dashboard page's first question after the archiver committed
 new events, over 90 days of bench.dashboard's data set, when the range's prepared scan is extended
-by the files the commits added (``query.scans``), side by side in the same run with reading the
+by the files the commits added (``query.scans``, ``query.scan_cache``), side by side in the same run with reading the
 range again, what every new table version cost before.
 
 The archiver commits every 2 s or so; between two questions here come 5 commits of 1,000 events
@@ -28,7 +28,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from bench import dashboard
 from bench.report import Figure, print_figures
-from query import scans
+from query import scan_cache
 from query.exact import ExactQuery
 from query.plausible import parse_query
 from query.sources import session_gap_ms
@@ -50,10 +50,10 @@ def _commit(table: Path, sample: pa.Table, run: int, part: int) -> None:
 
 
 def _ask(
-    raw: Any, snapshot: tuple[str, int], question: Any, gap_ms: int, kept: scans.PreparedScans
+    raw: Any, snapshot: tuple[str, int], question: Any, gap_ms: int, kept: scan_cache.PreparedScans
 ) -> tuple[float, Any]:
     """The question over ``kept``'s scans: seconds taken and the answer's rows, sorted."""
-    scans.SCANS = kept
+    scan_cache.SCANS = kept
     began = time.perf_counter()
     rows = ExactQuery(raw, dashboard.SITE, gap_ms, snapshot=snapshot).answer(question)
     return time.perf_counter() - began, sorted(rows, key=lambda r: [str(d) for d in r["dimensions"]])
@@ -76,36 +76,44 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
         },
         today=last,
     )
-    with tempfile.TemporaryDirectory(prefix="tally-bench-drilldown-") as tmp:
-        table = Path(tmp) / RAW_PAGEVIEWS
-        shutil.copytree(settings.table_uri(RAW_PAGEVIEWS), table)
-        source = DeltaTable(str(table))
-        day = source.to_pyarrow_dataset().to_table(filter=pc.field("event_date") == last)
-        sample = day.slice(0, COMMIT_EVENTS)
-        extended = scans.PreparedScans()
-        opened = DeltaTable(str(table))
-        first_read, _ = _ask(opened.to_pyarrow_dataset(), (str(table), opened.version()), question, gap_ms, extended)
-        took: dict[str, list[float]] = {"extended": [], "read": []}
-        warm: dict[str, list[float]] = {"extended": [], "read": []}  # asked again over the same version
-        for run in range(runs):
-            for part in range(COMMITS):
-                _commit(table, sample, run, part)
+    previous = scan_cache.SCANS  # each side is asked over scans of its own
+    try:
+        with tempfile.TemporaryDirectory(prefix="tally-bench-drilldown-") as tmp:
+            table = Path(tmp) / RAW_PAGEVIEWS
+            shutil.copytree(settings.table_uri(RAW_PAGEVIEWS), table)
+            source = DeltaTable(str(table))
+            # moved at most 30 minutes on, events of the day's last hour left out: none changes its date
+            end = int(dt.datetime.combine(last, dt.time(23), dt.UTC).timestamp() * 1000)
+            inside = (pc.field("event_date") == last) & (pc.field("event_time") < end)
+            day = source.to_pyarrow_dataset().to_table(filter=inside)
+            sample = day.slice(0, COMMIT_EVENTS)
+            extended = scan_cache.PreparedScans()
             opened = DeltaTable(str(table))
-            raw, snapshot = opened.to_pyarrow_dataset(), (str(table), opened.version())
-            answers = {}
-            alone = scans.PreparedScans()  # nothing older to extend: the range is read
-            for how in ("extended", "read") if run % 2 == 0 else ("read", "extended"):
-                kept = extended if how == "extended" else alone
-                seconds, answers[how] = _ask(raw, snapshot, question, gap_ms, kept)
-                took[how].append(seconds * 1000)
-            for how in ("extended", "read") if run % 2 == 0 else ("read", "extended"):
-                warm[how].append(
-                    _ask(raw, snapshot, question, gap_ms, extended if how == "extended" else alone)[0] * 1000
-                )
-            if answers["extended"] != answers["read"]:
-                raise AssertionError(f"run {run}: the extended scan's answer differs from a read of the version")
-            print(f"run {run + 1}/{runs}: extended {took['extended'][-1]:.0f} ms, read {took['read'][-1]:.0f} ms")
-    scans.SCANS = scans.PreparedScans()
+            first_read, _ = _ask(
+                opened.to_pyarrow_dataset(), (str(table), opened.version()), question, gap_ms, extended
+            )
+            took: dict[str, list[float]] = {"extended": [], "read": []}
+            warm: dict[str, list[float]] = {"extended": [], "read": []}  # asked again over the same version
+            for run in range(runs):
+                for part in range(COMMITS):
+                    _commit(table, sample, run, part)
+                opened = DeltaTable(str(table))
+                raw, snapshot = opened.to_pyarrow_dataset(), (str(table), opened.version())
+                answers = {}
+                alone = scan_cache.PreparedScans()  # nothing older to extend: the range is read
+                for how in ("extended", "read") if run % 2 == 0 else ("read", "extended"):
+                    kept = extended if how == "extended" else alone
+                    seconds, answers[how] = _ask(raw, snapshot, question, gap_ms, kept)
+                    took[how].append(seconds * 1000)
+                for how in ("extended", "read") if run % 2 == 0 else ("read", "extended"):
+                    warm[how].append(
+                        _ask(raw, snapshot, question, gap_ms, extended if how == "extended" else alone)[0] * 1000
+                    )
+                if answers["extended"] != answers["read"]:
+                    raise AssertionError(f"run {run}: the extended scan's answer differs from a read of the version")
+                print(f"run {run + 1}/{runs}: extended {took['extended'][-1]:.0f} ms, read {took['read'][-1]:.0f} ms")
+    finally:
+        scan_cache.SCANS = previous
     note = f"{COMMITS} commits of {COMMIT_EVENTS:,} events before each question; {runs} questions each way"
     return [
         Figure(

@@ -33,7 +33,7 @@ import pyarrow.dataset as ds
 from query.aggregates import Range
 from query.goals import Step
 from query.raw_events import COLUMNS, MEMORY_LIMIT, VISIT_ATTRIBUTES, Interval, open_events, visits_sql, within
-from query.scans import prepared_scan
+from query.scan_cache import prepared_scan
 from query.site_time import UTC, is_utc
 from query.spec import GOAL, PERCENTILE_METRICS, VISIT_METRICS, Filter, Query, QueryError, dimension
 from tally.dimensions import NONE_VALUE

@@ -1,28 +1,27 @@
 """Prepared scans: one site's raw events of a range, read once per table version into DuckDB and
 sessionised there, for every drill-down question over the range (the dashboard's filtered page
-asks about twenty: :class:`query.exact.ExactQuery`, :class:`query.vitals.ExactVitals`).
+asks about twenty: :class:`query.exact.ExactQuery`, :class:`query.vitals.ExactVitals`). Which
+scans a process keeps is :mod:`query.scan_cache`'s.
 
 A running archiver commits a version of ``raw.pageviews`` every few seconds, by adding files. The
 scan of a newer version is built from the scan of the one before when every file that one read
-is still in the table: only the added files are read, and only the visitors whose events they
-hold are sessionised again, over all their events. The new version's tables are then views: the
-read scan's rows but those visitors', and theirs sessionised again (a layer over the read scan,
-which is not copied: copying 1M events took 2.6 s of the 2.8 s an extension took). Once the
-events added since the read pass a tenth of the read's, the next version copies them into a scan
-of its own instead. Any other change (a compaction, a forgotten visitor: files removed) reads the
-range again. Either way a scan's tables are those a read of its version gives, row for row
-(tests/unit/test_query_scans.py).
+is still in the table and the columns it read kept their types: only the added files are read,
+and only the visitors whose events they hold are sessionised again, over all their events. The
+new version's tables are then views: the read scan's rows but those visitors', and theirs
+sessionised again (a layer over the read scan, which is not copied: copying 1M events took 2.6 s
+of the 2.8 s an extension took). The version whose re-sessionised events pass a tenth of the
+read's is copied into a scan of its own instead. Any other change reads the range again: a
+forgotten visitor, and the archiver's compaction of its recent dates every 100 commits
+(``archiver/tables.py``), both of which remove files. Either way a scan's tables are those a read
+of its version gives, row for row and type for type (tests/unit/test_query_scans.py).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import threading
-import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import duckdb
@@ -34,13 +33,12 @@ from tally.log import kv
 
 log = logging.getLogger("tally.query.scans")
 
-# A range's scans: (table, site, first day, last day, UTC interval, session gap).
-ScanKey = tuple[object, ...]
-PREPARED_RANGES = 2  # ranges kept per process: a page's range and its comparison period
-# Versions of a range kept: a page run still asking about the version before the newest one
-# finds its scan (questions are keyed on the version their page run read).
-VERSIONS_KEPT = 2
+# The version whose re-sessionised events (the touched visitors' old and new) pass 1/COPY_PAST of
+# the read's is copied into a scan of its own: redoing them at every version would cost more.
+COPY_PAST = 10
 _DATABASES = itertools.count()  # each scan's tables are in an in-memory database of its own: scan_<n>
+_SAME_VISITOR = "visitor_id IS NOT DISTINCT FROM touched.visitor_id"  # NULL ids are one visitor, as in a read
+Columns = tuple[tuple[str, str], ...]  # the scanned columns the table has, with their Arrow types
 
 
 def _files(raw: ds.Dataset) -> frozenset[str] | None:
@@ -48,13 +46,19 @@ def _files(raw: ds.Dataset) -> frozenset[str] | None:
     return frozenset(raw.files) if isinstance(raw, ds.FileSystemDataset) else None
 
 
+def _columns(raw: ds.Dataset) -> Columns:
+    """The scanned columns ``raw`` has and their types (a missing one is read as NULL::VARCHAR)."""
+    names = set(raw.schema.names)
+    return tuple((c, str(raw.schema.field(c).type)) for c in SCAN_COLUMNS.split(", ") if c in names)
+
+
 def _detach(con: duckdb.DuckDBPyConnection, database: str) -> None:
     """Free a scan's tables once nothing holds the scan (no question reads it, no range keeps it)."""
     try:
         with con.cursor() as cursor:
-            cursor.execute(f"DETACH {database}")
-    except duckdb.Error:  # the DuckDB itself was closed first: its memory is freed with it
-        pass
+            cursor.execute(f"DETACH DATABASE IF EXISTS {database}")
+    except duckdb.Error:  # the DuckDB itself was closed first: its memory went with it
+        log.debug("detaching a prepared scan failed", extra=kv(database=database), exc_info=True)
 
 
 class PreparedScan:
@@ -70,13 +74,16 @@ class PreparedScan:
         self,
         con: duckdb.DuckDBPyConnection,
         database: str,
+        *,
         files: frozenset[str] | None,
+        columns: Columns,
         rows: int,
         read: PreparedScan | None = None,
     ) -> None:
         self.con = con  # the DuckDB the database is attached to, shared by the range's versions
         self.database = database
         self.files = files  # the table's files this scan holds the events of
+        self.columns = columns
         self.rows = rows  # events read from the table (a layer: those of the scan it lies over)
         # A layer's tables are views over ``read``'s tables (held here, so they outlive it) and its
         # own: ``fresh`` (every event added since that read), ``touched`` (their visitors), and
@@ -98,31 +105,37 @@ class PreparedScan:
         _events_view(con, database)
         con.execute("DROP VIEW temp.scanned; DROP VIEW temp.ev")
         con.unregister("raw")  # the events are copied: the dataset's files are not read again
-        return cls(con, database, _files(raw), _count(con, f"{database}.main.numbered"))
+        rows = _count(con, f"{database}.main.numbered")
+        return cls(con, database, files=_files(raw), columns=_columns(raw), rows=rows)
 
     def extended(
         self, raw: ds.Dataset, site_id: str, days: Range, interval: Interval, gap_ms: int
     ) -> PreparedScan | None:
         """The scan of a newer version ``raw`` of the table, from this one and the files added since;
-        this scan itself when they hold none of the range's events; None when files were removed."""
-        files = _files(raw)
-        if self.files is None or files is None or not self.files <= files:
+        this scan itself when they hold none of the range's events; None when files were removed or
+        a column's type changed (a read then gives the new version's tables)."""
+        held, files = self.files, _files(raw)
+        if held is None or files is None or not held <= files or _columns(raw) != self.columns:
             return None
-        added = [f for f in raw.get_fragments() if f.path not in self.files]
+        added = [f for f in raw.get_fragments() if f.path not in held]
         dataset = ds.FileSystemDataset(added, raw.schema, raw.format, raw.filesystem)
         with self.con.cursor() as cursor:
             open_events(dataset, site_id, days, SCAN_COLUMNS, con=cursor)
             cursor.execute(f"CREATE TEMP TABLE fresh AS SELECT * FROM ev WHERE {within(interval)}")
             cursor.unregister("raw")
             if not _count(cursor, "fresh"):
-                self.files = files  # the same events: this scan is the new version's too
+                # The same events: this scan is the new version's too. Holding the newer files, it
+                # can no longer be extended to a version between the two; that one is read.
+                self.files = files
                 return self
             read = self.read_scan or self
             if self.read_scan is not None:  # every event since the read, not only since this layer
                 cursor.execute(f"INSERT INTO fresh BY NAME SELECT * FROM {self.database}.main.fresh")
-            scan = PreparedScan(self.con, f"scan_{next(_DATABASES)}", files, read.rows, read)
+            scan = PreparedScan(
+                self.con, f"scan_{next(_DATABASES)}", files=files, columns=self.columns, rows=read.rows, read=read
+            )
             _sessionise_again(cursor, read.database, gap_ms)
-            if _count(cursor, "fresh") * COPY_PAST > read.rows:
+            if _count(cursor, "again") * COPY_PAST > read.rows:
                 _copied(cursor, read.database, scan.database)
                 scan.read_scan, scan.rows = None, _count(cursor, f"{scan.database}.main.numbered")
             else:
@@ -140,12 +153,6 @@ class PreparedScan:
             cursor.close()
 
 
-# A layer is copied into a scan of its own once the events added since the read pass 1/COPY_PAST of
-# the read's: sessionising them again at every version then costs more than a copy would.
-COPY_PAST = 10
-_SAME_VISITOR = "visitor_id IS NOT DISTINCT FROM touched.visitor_id"
-
-
 def _count(cursor: duckdb.DuckDBPyConnection, table: str) -> int:
     found = cursor.execute(f"SELECT count(*) FROM {table}").fetchone()
     return int(found[0]) if found else 0
@@ -156,9 +163,9 @@ def _events_view(con: duckdb.DuckDBPyConnection, database: str) -> None:
 
 
 def _sessionise_again(cursor: duckdb.DuckDBPyConnection, read: str, gap_ms: int) -> None:
-    """``temp.numbered`` and ``temp.visits``: the visitors of ``temp.fresh`` (the events added since
-    the ``read`` scan) sessionised again over all their events, read and added (a late event can
-    join, split or start any visit)."""
+    """From ``temp.fresh`` (the events added since the ``read`` scan), the cursor's temporary tables
+    ``touched`` (their visitors), ``again`` (every event of those visitors, read and added), and
+    ``numbered`` and ``visits``: ``again`` sessionised (a late event can join, split or start any visit)."""
     cursor.execute(f"""
         CREATE TEMP TABLE touched AS SELECT DISTINCT visitor_id FROM fresh;
         CREATE TEMP TABLE again AS
@@ -185,7 +192,7 @@ def _copied(cursor: duckdb.DuckDBPyConnection, read: str, new: str) -> None:
 def _layer(cursor: duckdb.DuckDBPyConnection, read: str, new: str) -> None:
     """``new``'s tables as views over the read scan's and the touched visitors' rows, kept in ``new``."""
     cursor.execute(f"""
-        ATTACH ':memory:' AS {new};
+        ATTACH ':memory:' AS {new} (COMPRESS);
         CREATE TABLE {new}.main.fresh AS SELECT * FROM temp.fresh;
         CREATE TABLE {new}.main.touched AS SELECT * FROM temp.touched;
         CREATE TABLE {new}.main.numbered_again AS SELECT * FROM temp.numbered;
@@ -197,81 +204,3 @@ def _layer(cursor: duckdb.DuckDBPyConnection, read: str, new: str) -> None:
             f"CREATE VIEW {new}.main.{table} AS {kept} UNION ALL BY NAME SELECT * FROM {new}.main.{table}_again"
         )
     _events_view(cursor, new)
-
-
-class PreparedScans:
-    """The :class:`PreparedScan` of each recent range (at most ``size``), at a few table versions
-    each; each built once even when several threads ask for it together, from the range's newest
-    older scan when the table only grew since."""
-
-    def __init__(self, size: int = PREPARED_RANGES) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._ranges: OrderedDict[ScanKey, OrderedDict[int, PreparedScan]] = OrderedDict()
-        self._building: dict[ScanKey, threading.Lock] = {}
-
-    def get(self, key: ScanKey, version: int, build: Callable[[PreparedScan | None], PreparedScan]) -> PreparedScan:
-        """The range's scan of ``version``, or ``build(base)``'s (kept; the least recently used range
-        dropped), ``base`` being the range's newest scan of an older version, if any."""
-        with self._lock:
-            if (kept := self._kept(key, version)) is not None:
-                return kept
-            building = self._building.setdefault(key, threading.Lock())
-        with building:
-            with self._lock:
-                if (kept := self._kept(key, version)) is not None:
-                    return kept
-                older = [v for v in self._ranges.get(key, {}) if v < version]
-                base = self._ranges[key][max(older)] if older else None
-            try:
-                scan = build(base)
-            finally:
-                with self._lock:
-                    self._building.pop(key, None)  # a failed build is tried again by the next question
-            with self._lock:
-                versions = self._ranges.setdefault(key, OrderedDict())
-                self._ranges.move_to_end(key)
-                versions[version] = scan
-                while len(versions) > VERSIONS_KEPT:
-                    versions.popitem(last=False)
-                while len(self._ranges) > self.size:
-                    # dropped, not closed: a question still reading it holds it, and its database
-                    # is detached with the last reference
-                    self._ranges.popitem(last=False)
-            return scan
-
-    def _kept(self, key: ScanKey, version: int) -> PreparedScan | None:
-        versions = self._ranges.get(key)
-        if versions is None or version not in versions:
-            return None
-        self._ranges.move_to_end(key)
-        versions.move_to_end(version)
-        return versions[version]
-
-
-SCANS = PreparedScans()  # this process's scans (the dashboard's drill-downs)
-
-
-def prepared_scan(
-    raw: ds.Dataset, snapshot: tuple[str, int], site_id: str, days: Range, interval: Interval, gap_ms: int
-) -> PreparedScan:
-    """The :class:`PreparedScan` of a table version's events of a site and range (built once, then kept)."""
-    uri, version = snapshot
-
-    def build(base: PreparedScan | None) -> PreparedScan:
-        began = time.perf_counter()
-        scan = None
-        if base is not None:
-            try:
-                scan = base.extended(raw, site_id, days, interval, gap_ms)
-            except duckdb.Error:  # say, a column whose type changed between the versions: read it all
-                log.warning("extending a prepared scan failed; reading the range", exc_info=True)
-        how = "extended" if scan is not None else "read"
-        if scan is None:
-            scan = PreparedScan.read(raw, site_id, days, interval, gap_ms)
-        seconds = round(time.perf_counter() - began, 2)
-        fields = kv(site=site_id, start=str(days.start), end=str(days.end), version=version, seconds=seconds)
-        log.info(f"prepared scan {how}", extra=fields)
-        return scan
-
-    return SCANS.get((uri, site_id, days.start, days.end, interval, gap_ms), version, build)

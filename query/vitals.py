@@ -33,7 +33,7 @@ from query.aggregates import Aggregates, Range
 from query.exact import event_condition
 from query.raw_events import MEMORY_LIMIT, VISIT_ATTRIBUTES, open_events, within
 from query.report import VitalsReport
-from query.scans import prepared_scan
+from query.scan_cache import prepared_scan
 from query.site_time import LocalDays, is_utc
 from query.spec import (
     SCROLL_DEPTH,

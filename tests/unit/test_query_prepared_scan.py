@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from query import scans as scans_module
+from query import scan_cache
 from query.aggregates import Range
 from query.exact import ExactQuery
 from query.goals import Step
 from query.plausible import parse_query
-from query.scans import PreparedScan, PreparedScans
+from query.scan_cache import PreparedScans
+from query.scans import PreparedScan
 from query.spec import Filter, Query, QueryError
 from query.vitals import ExactVitals
 from tests.unit.test_query_exact import EVENTS, GAP_MS, SITE, START, TODAY, dataset
@@ -50,7 +51,7 @@ BODIES: list[dict[str, Any]] = [
 def scans(monkeypatch: pytest.MonkeyPatch) -> PreparedScans:
     """A process's scans of their own for each test (the module keeps one set per process)."""
     fresh = PreparedScans()
-    monkeypatch.setattr(scans_module, "SCANS", fresh)
+    monkeypatch.setattr(scan_cache, "SCANS", fresh)
     return fresh
 
 
@@ -107,12 +108,12 @@ def test_a_new_table_version_or_range_is_a_new_scan_and_old_ranges_are_dropped(s
     last_week = query({**BODIES[0], "date_range": [(TODAY - dt.timedelta(days=6)).isoformat(), TODAY.isoformat()]})
     engine(SNAPSHOT).answer(whole)
     engine((SNAPSHOT[0], SNAPSHOT[1] + 1)).answer(whole)  # a table in memory has no files: read again
-    assert [list(v) for v in scans._ranges.values()] == [[SNAPSHOT[1], SNAPSHOT[1] + 1]]
+    assert list(scans.kept().values()) == [[SNAPSHOT[1], SNAPSHOT[1] + 1]]
     engine(SNAPSHOT).answer(first_week)
     engine(SNAPSHOT).answer(last_week)  # a third range: the least recently used goes
-    keys = list(scans._ranges)
+    keys = list(scans.kept())
     assert len(keys) == scans.size == 2
-    assert [k[2] for k in keys] == [first_week.start, last_week.start]
+    assert [k.start for k in keys] == [first_week.start, last_week.start]
 
 
 def test_a_bad_regular_expression_over_a_prepared_scan_is_still_a_clear_error() -> None:
@@ -137,4 +138,4 @@ def test_core_web_vitals_over_a_prepared_scan_are_those_of_a_scan_of_their_own(
         today=VITALS_DAY,
     )
     ExactQuery(raw, VITALS_SITE, GAP_MS, snapshot=SNAPSHOT).answer(asked)
-    assert len(scans._ranges) == 1
+    assert len(scans.kept()) == 1

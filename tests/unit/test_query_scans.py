@@ -1,11 +1,13 @@
 """A prepared scan of a newer version of raw.pageviews, built from the scan of the version before
-and the files added since (query.scans): its tables and every answer over it are those of a read of
-the new version, row for row, over a real Delta table written in appends (delta-rs) as the archiver
-writes it; a version that removed files (a compaction) is read again."""
+and the files added since (query.scans, query.scan_cache): its tables and every answer over it are
+those of a read of the new version, row for row and type for type, over a real Delta table written
+in appends (delta-rs) as the archiver writes it; a version that removed files (a compaction) or
+changed a column's type is read again."""
 
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import random
 from pathlib import Path
 from typing import Any
@@ -14,21 +16,28 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from query import scans
+from query import scan_cache, scans
 from query.aggregates import Range
 from query.exact import ExactQuery
-from query.scans import PreparedScan, PreparedScans, prepared_scan
+from query.raw_events import Interval
+from query.scan_cache import VERSIONS_KEPT, PreparedScans, prepared_scan
+from query.scans import PreparedScan
 from tests.unit.test_query_exact import COLUMNS, GAP_MS, SITE, START, TODAY, make_events
 from tests.unit.test_query_prepared_scan import BODIES, query, rows
 
 DAYS = Range(START, TODAY)
 SCHEMA = pa.schema(COLUMNS)
+# A range inside the dates (the Stats API's date-times): events outside it are in no table.
+INSIDE = (
+    dt.datetime.combine(START + dt.timedelta(days=2), dt.time(6), dt.UTC),
+    dt.datetime.combine(TODAY - dt.timedelta(days=3), dt.time(18, 30), dt.UTC),
+)
 
 
 @pytest.fixture(autouse=True)
 def fresh_scans(monkeypatch: pytest.MonkeyPatch) -> PreparedScans:
     kept = PreparedScans()
-    monkeypatch.setattr(scans, "SCANS", kept)
+    monkeypatch.setattr(scan_cache, "SCANS", kept)
     return kept
 
 
@@ -72,26 +81,37 @@ def snapshot(table: Path) -> tuple[Any, tuple[str, int]]:
     return found.to_pyarrow_dataset(), (str(table), found.version())
 
 
-def tables(scan: PreparedScan) -> dict[str, list[dict[str, Any]]]:
+def tables(scan: PreparedScan) -> dict[str, Any]:
+    """Each table's rows in one order, and its columns' names and types."""
+    found: dict[str, Any] = {}
     with scan.cursor() as con:
-        return {
-            "numbered": con.execute("SELECT * EXCLUDE (props), props::VARCHAR FROM numbered ORDER BY event_id")
-            .fetch_arrow_table()
-            .to_pylist(),
-            "visits": con.execute("SELECT * FROM visits ORDER BY visitor_id, visit").fetch_arrow_table().to_pylist(),
-        }
+        for table, order in (("numbered", "event_id"), ("visits", "visitor_id, visit")):
+            rows = con.execute(f"SELECT * FROM {table} ORDER BY {order}")
+            found[table] = ([(d[0], str(d[1])) for d in rows.description or []], rows.fetchall())
+    return found
+
+
+def nameless(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two of the events with no visitor id: a read takes all such events as one visitor's."""
+    return [{**e, "visitor_id": None, "event_id": f"{e['event_id']}-nameless"} for e in events[:2]]
 
 
 @pytest.mark.parametrize(
     ("copy_past", "layered"),
-    [(0, [True, True, True]), (10**9, [False, False, False]), (2, [True, True, False])],
+    [(0, [True, True, True]), (10**9, [False, False, False]), (1, [True, True, False])],
     ids=["layers", "copies", "layers-then-a-copy"],
 )
+@pytest.mark.parametrize("interval", [None, INSIDE], ids=["dates", "date-times"])
 def test_each_version_s_scan_is_a_read_of_that_version_though_only_added_files_were_read(
-    tmp_path: Path, reads: list[int], copy_past: int, layered: list[bool], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    reads: list[int],
+    copy_past: int,
+    layered: list[bool],
+    interval: Interval,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # 0: a layer over the read at every version; 2: a copy once the events added since the read
-    # are more than half of it (the fourth commit)
+    # 0: a layer over the read at every version; 1: a copy once the touched visitors' events are
+    # more than the read's (the fourth commit)
     monkeypatch.setattr(scans, "COPY_PAST", copy_past)
     events = make_events()
     early, joining = late_visitor()
@@ -102,8 +122,8 @@ def test_each_version_s_scan_is_a_read_of_that_version_though_only_added_files_w
         {**events[0], "event_id": "out-of-range", "event_date": TODAY + dt.timedelta(days=1)},
     ]
     commits = [
-        shuffled[:cut] + early,  # a visitor's events arrive in any order: the next commits fill gaps
-        [*shuffled[cut : cut + 40], joining],  # joins two visits into one
+        shuffled[:cut] + early + nameless(shuffled[:cut]),  # a visitor's events come in any order
+        [*shuffled[cut : cut + 40], joining, *nameless(shuffled[cut:])],  # joins two visits into one
         elsewhere,  # nothing in the range: the scan is the same
         shuffled[cut + 40 :],
     ]
@@ -114,10 +134,12 @@ def test_each_version_s_scan_is_a_read_of_that_version_though_only_added_files_w
         append(table, commit)
         raw, version = snapshot(table)
         before = len(reads)
-        scan = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+        scan = prepared_scan(raw, version, SITE, DAYS, interval, GAP_MS)
         read_whole.append(len(reads) - before)
-        assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
-        for body in BODIES:
+        assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, interval, GAP_MS))
+        for body in (
+            BODIES if interval is None else [{**b, "date_range": [t.isoformat() for t in INSIDE]} for b in BODIES]
+        ):
             asked = query(body)
             shared = ExactQuery(raw, SITE, GAP_MS, snapshot=version).answer(asked)
             assert rows(shared) == rows(ExactQuery(raw, SITE, GAP_MS).answer(asked)), body
@@ -126,8 +148,9 @@ def test_each_version_s_scan_is_a_read_of_that_version_though_only_added_files_w
     assert [s.read_scan is built[0] for s in built[1:]] == layered
     assert built[2] is built[1], "a commit with none of the range's events keeps the scan"
     assert len({id(s) for s in built}) == 3
-    joined = [v for v in tables(built[1])["visits"] if v["visitor_id"] == "late"]
-    assert [v["pageviews"] for v in joined] == [3], "the late event joined the two visits"
+    with built[1].cursor() as con:
+        joined = con.execute("SELECT pageviews FROM visits WHERE visitor_id = 'late'").fetchall()
+    assert joined == [(3,)], "the late event joined the two visits"
 
 
 def test_a_version_that_removed_files_is_read_again(tmp_path: Path, reads: list[int]) -> None:
@@ -147,6 +170,43 @@ def test_a_version_that_removed_files_is_read_again(tmp_path: Path, reads: list[
     assert tables(compacted) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
 
 
+def test_a_version_whose_columns_changed_type_is_read_again(tmp_path: Path, reads: list[int]) -> None:
+    """The archiver adds a column (a vital) in a commit of its own: read as NULL::VARCHAR before, it
+    now has its type, so a scan extended from the old one would keep the wrong type."""
+    events = make_events()
+    table = tmp_path / "raw.pageviews"
+    append(table, events[:300])
+    raw, version = snapshot(table)
+    prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    rest = events[300:]
+    columns = {name: [e.get(name) for e in rest] for name in COLUMNS}
+    columns["props"] = [list((e.get("props") or {}).items()) for e in rest]
+    columns["scroll_depth"] = [40] * len(rest)
+    later = pa.table(columns, schema=pa.schema([*SCHEMA, pa.field("scroll_depth", pa.int32())]))
+    write_deltalake(str(table), later, mode="append", partition_by=["event_date"], schema_mode="merge")
+    raw, version = snapshot(table)
+    scan = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    assert len(reads) == 2, "a column's type changed: the range is read again"
+    assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
+
+
+def test_a_layer_answers_after_the_read_scan_it_lies_over_left_the_kept_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scans, "COPY_PAST", 0)  # a layer at every version
+    events = make_events()
+    table = tmp_path / "raw.pageviews"
+    for part in (events[:300], events[300:400], events[400:]):
+        append(table, part)
+        raw, version = snapshot(table)
+        prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    assert list(scan_cache.SCANS.kept().values()) == [[1, 2]], "the read (version 0) left the kept versions"
+    gc.collect()
+    scan = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    assert scan.read_scan is not None
+    assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
+
+
 def test_a_range_keeps_its_two_newest_versions_and_the_oldest_scan_is_freed(tmp_path: Path) -> None:
     events = make_events()
     table = tmp_path / "raw.pageviews"
@@ -156,11 +216,13 @@ def test_a_range_keeps_its_two_newest_versions_and_the_oldest_scan_is_freed(tmp_
         raw, version = snapshot(table)
         found.append(prepared_scan(raw, version, SITE, DAYS, None, GAP_MS))
     first = found[0]
+    assert first.read_scan is None and all(s.read_scan is not first for s in found[1:]), "version 2 was a copy"
     with first.cursor() as con:
         con.execute("SELECT count(*) FROM evr").fetchone()
     database, con = first.database, first.con
     found.clear()
     del first
+    gc.collect()
     attached = {r[0] for r in con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
     assert database not in attached, "the oldest version's database is detached once nothing holds it"
-    assert len(scans.SCANS._ranges[next(iter(scans.SCANS._ranges))]) == scans.VERSIONS_KEPT
+    assert [len(v) for v in scan_cache.SCANS.kept().values()] == [VERSIONS_KEPT]
