@@ -1,6 +1,6 @@
 """Drill-down benchmark: a filtered dashboard page's first question after the archiver committed
 new events, over 90 days of bench.dashboard's data set, when the range's prepared scan is extended
-by the files the commits added (``query.scans``, ``query.scan_cache``), side by side in the same run with reading the
+by the files the commits added (``query.scans``), side by side in the same run with reading the
 range again, what every new table version cost before.
 
 The archiver commits every 2 s or so; between two questions here come 5 commits of 1,000 events
@@ -88,9 +88,8 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
             day = source.to_pyarrow_dataset().to_table(filter=inside)
             sample = day.slice(0, COMMIT_EVENTS)
             extended = scan_cache.PreparedScans()
-            opened = DeltaTable(str(table))
             first_read, _ = _ask(
-                opened.to_pyarrow_dataset(), (str(table), opened.version()), question, gap_ms, extended
+                source.to_pyarrow_dataset(), (str(table), source.version()), question, gap_ms, extended
             )
             took: dict[str, list[float]] = {"extended": [], "read": []}
             warm: dict[str, list[float]] = {"extended": [], "read": []}  # asked again over the same version
@@ -100,15 +99,14 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
                 opened = DeltaTable(str(table))
                 raw, snapshot = opened.to_pyarrow_dataset(), (str(table), opened.version())
                 answers = {}
-                alone = scan_cache.PreparedScans()  # nothing older to extend: the range is read
-                for how in ("extended", "read") if run % 2 == 0 else ("read", "extended"):
-                    kept = extended if how == "extended" else alone
-                    seconds, answers[how] = _ask(raw, snapshot, question, gap_ms, kept)
+                # the read side has nothing older to extend: the range is read
+                kept = {"extended": extended, "read": scan_cache.PreparedScans()}
+                order = ("extended", "read") if run % 2 == 0 else ("read", "extended")
+                for how in order:
+                    seconds, answers[how] = _ask(raw, snapshot, question, gap_ms, kept[how])
                     took[how].append(seconds * 1000)
-                for how in ("extended", "read") if run % 2 == 0 else ("read", "extended"):
-                    warm[how].append(
-                        _ask(raw, snapshot, question, gap_ms, extended if how == "extended" else alone)[0] * 1000
-                    )
+                for how in order:
+                    warm[how].append(_ask(raw, snapshot, question, gap_ms, kept[how])[0] * 1000)
                 if answers["extended"] != answers["read"]:
                     raise AssertionError(f"run {run}: the extended scan's answer differs from a read of the version")
                 print(f"run {run + 1}/{runs}: extended {took['extended'][-1]:.0f} ms, read {took['read'][-1]:.0f} ms")

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from query import scan_cache
 from query.aggregates import Range
 from query.exact import ExactQuery
 from query.goals import Step
@@ -47,12 +46,7 @@ BODIES: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def scans(monkeypatch: pytest.MonkeyPatch) -> PreparedScans:
-    """A process's scans of their own for each test (the module keeps one set per process)."""
-    fresh = PreparedScans()
-    monkeypatch.setattr(scan_cache, "SCANS", fresh)
-    return fresh
+pytestmark = pytest.mark.usefixtures("prepared_scans")  # each test its own cache (tests/unit/conftest.py)
 
 
 def query(body: dict[str, Any]) -> Query:
@@ -75,16 +69,9 @@ def test_a_prepared_scan_answers_every_question_as_a_scan_of_its_own(body: dict[
 
 
 def test_questions_asked_side_by_side_share_one_scan_built_once(
-    scans: PreparedScans, monkeypatch: pytest.MonkeyPatch
+    scan_reads: list[PreparedScan],
 ) -> None:
-    built: list[PreparedScan] = []
-    original = PreparedScan.read.__func__  # type: ignore[attr-defined]
-
-    def counting(cls: type[PreparedScan], *args: Any, **kw: Any) -> PreparedScan:
-        built.append(scan := original(cls, *args, **kw))
-        return scan  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(PreparedScan, "read", classmethod(counting))
+    built = scan_reads
     questions = [query(b) for b in BODIES[:7]] * 3  # one range, every kind of question
     alone = [rows(engine(None).answer(q)) for q in questions]
     together = threading.Barrier(6)  # the six threads' first questions start at once
@@ -102,17 +89,17 @@ def test_questions_asked_side_by_side_share_one_scan_built_once(
     assert len(built) == 1, "one range of one table version is read and sessionised once"
 
 
-def test_a_new_table_version_or_range_is_a_new_scan_and_old_ranges_are_dropped(scans: PreparedScans) -> None:
+def test_a_new_table_version_or_range_is_a_new_scan_and_old_ranges_are_dropped(prepared_scans: PreparedScans) -> None:
     whole = query(BODIES[0])
     first_week = query({**BODIES[0], "date_range": [START.isoformat(), (START + dt.timedelta(days=6)).isoformat()]})
     last_week = query({**BODIES[0], "date_range": [(TODAY - dt.timedelta(days=6)).isoformat(), TODAY.isoformat()]})
     engine(SNAPSHOT).answer(whole)
     engine((SNAPSHOT[0], SNAPSHOT[1] + 1)).answer(whole)  # a table in memory has no files: read again
-    assert list(scans.kept().values()) == [[SNAPSHOT[1], SNAPSHOT[1] + 1]]
+    assert list(prepared_scans.kept().values()) == [[SNAPSHOT[1], SNAPSHOT[1] + 1]]
     engine(SNAPSHOT).answer(first_week)
     engine(SNAPSHOT).answer(last_week)  # a third range: the least recently used goes
-    keys = list(scans.kept())
-    assert len(keys) == scans.size == 2
+    keys = list(prepared_scans.kept())
+    assert len(keys) == prepared_scans.size == 2
     assert [k.start for k in keys] == [first_week.start, last_week.start]
 
 
@@ -125,7 +112,7 @@ def test_a_bad_regular_expression_over_a_prepared_scan_is_still_a_clear_error() 
 @pytest.mark.parametrize("dimension", ["all", "page", "device"])
 @pytest.mark.parametrize("filters", [(), (Filter("is", dimension="visit:country", values=("DE",)),)], ids=["all", "DE"])
 def test_core_web_vitals_over_a_prepared_scan_are_those_of_a_scan_of_their_own(
-    dimension: str, filters: tuple[Filter, ...], scans: PreparedScans
+    dimension: str, filters: tuple[Filter, ...], prepared_scans: PreparedScans
 ) -> None:
     raw = raw_dataset(VITALS_EVENTS)
     days = Range(VITALS_DAY, VITALS_DAY)
@@ -138,4 +125,4 @@ def test_core_web_vitals_over_a_prepared_scan_are_those_of_a_scan_of_their_own(
         today=VITALS_DAY,
     )
     ExactQuery(raw, VITALS_SITE, GAP_MS, snapshot=SNAPSHOT).answer(asked)
-    assert len(scans.kept()) == 1
+    assert len(prepared_scans.kept()) == 1

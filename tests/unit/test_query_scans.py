@@ -20,7 +20,7 @@ from query import scan_cache, scans
 from query.aggregates import Range
 from query.exact import ExactQuery
 from query.raw_events import Interval
-from query.scan_cache import VERSIONS_KEPT, PreparedScans, prepared_scan
+from query.scan_cache import VERSIONS_KEPT, prepared_scan
 from query.scans import PreparedScan
 from tests.unit.test_query_exact import COLUMNS, GAP_MS, SITE, START, TODAY, make_events
 from tests.unit.test_query_prepared_scan import BODIES, query, rows
@@ -34,25 +34,7 @@ INSIDE = (
 )
 
 
-@pytest.fixture(autouse=True)
-def fresh_scans(monkeypatch: pytest.MonkeyPatch) -> PreparedScans:
-    kept = PreparedScans()
-    monkeypatch.setattr(scan_cache, "SCANS", kept)
-    return kept
-
-
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Each whole read of a range (not an extension)."""
-    done: list[int] = []
-    original = PreparedScan.read.__func__  # type: ignore[attr-defined]
-
-    def counting(cls: type[PreparedScan], *args: Any, **kw: Any) -> PreparedScan:
-        done.append(1)
-        return original(cls, *args, **kw)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(PreparedScan, "read", classmethod(counting))
-    return done
+pytestmark = pytest.mark.usefixtures("prepared_scans")  # each test its own cache (tests/unit/conftest.py)
 
 
 def at(day: dt.date, minutes: int) -> int:
@@ -104,7 +86,7 @@ def nameless(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("interval", [None, INSIDE], ids=["dates", "date-times"])
 def test_each_version_s_scan_is_a_read_of_that_version_though_only_added_files_were_read(
     tmp_path: Path,
-    reads: list[int],
+    scan_reads: list[PreparedScan],
     copy_past: int,
     layered: list[bool],
     interval: Interval,
@@ -133,9 +115,9 @@ def test_each_version_s_scan_is_a_read_of_that_version_though_only_added_files_w
     for commit in commits:
         append(table, commit)
         raw, version = snapshot(table)
-        before = len(reads)
+        before = len(scan_reads)
         scan = prepared_scan(raw, version, SITE, DAYS, interval, GAP_MS)
-        read_whole.append(len(reads) - before)
+        read_whole.append(len(scan_reads) - before)
         assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, interval, GAP_MS))
         for body in (
             BODIES if interval is None else [{**b, "date_range": [t.isoformat() for t in INSIDE]} for b in BODIES]
@@ -153,7 +135,7 @@ def test_each_version_s_scan_is_a_read_of_that_version_though_only_added_files_w
     assert joined == [(3,)], "the late event joined the two visits"
 
 
-def test_a_version_that_removed_files_is_read_again(tmp_path: Path, reads: list[int]) -> None:
+def test_a_version_that_removed_files_is_read_again(tmp_path: Path, scan_reads: list[PreparedScan]) -> None:
     events = make_events()
     table = tmp_path / "raw.pageviews"
     append(table, events[:200])
@@ -162,15 +144,15 @@ def test_a_version_that_removed_files_is_read_again(tmp_path: Path, reads: list[
     append(table, events[200:])
     raw, version = snapshot(table)
     prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
-    assert len(reads) == 1, "the second version only added files"
+    assert len(scan_reads) == 1, "the second version only added files"
     DeltaTable(str(table)).optimize.compact()
     raw, version = snapshot(table)
     compacted = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
-    assert len(reads) == 2, "the compaction removed files: the range is read again"
+    assert len(scan_reads) == 2, "the compaction removed files: the range is read again"
     assert tables(compacted) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
 
 
-def test_a_version_whose_columns_changed_type_is_read_again(tmp_path: Path, reads: list[int]) -> None:
+def test_a_version_whose_columns_changed_type_is_read_again(tmp_path: Path, scan_reads: list[PreparedScan]) -> None:
     """The archiver adds a column (a vital) in a commit of its own: read as NULL::VARCHAR before, it
     now has its type, so a scan extended from the old one would keep the wrong type."""
     events = make_events()
@@ -186,7 +168,7 @@ def test_a_version_whose_columns_changed_type_is_read_again(tmp_path: Path, read
     write_deltalake(str(table), later, mode="append", partition_by=["event_date"], schema_mode="merge")
     raw, version = snapshot(table)
     scan = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
-    assert len(reads) == 2, "a column's type changed: the range is read again"
+    assert len(scan_reads) == 2, "a column's type changed: the range is read again"
     assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
 
 
