@@ -7,8 +7,9 @@ The archiver commits every 2 s or so; between two questions here come 5 commits 
 (10 s at the soak's 500 events/s): copies of the data set's last-day events, moved a minute on,
 with new ids, so that most belong to visitors already in the range and sessionising them again
 is real work. They go to a copy of the data set's raw.pageviews (the kept data set is left as it
-is). Each run asks the same question both ways, taking turns at going first, and checks that the
-two answers are equal.
+is). Every other round ends with a compaction of the last day's files, as the archiver's every 100
+commits (``archiver/tables.py``): the scan then follows the table's log. Each run asks the same
+question both ways, taking turns at going first, and checks that the two answers are equal.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def _ask(
     return time.perf_counter() - began, sorted(rows, key=lambda r: [str(d) for d in r["dimensions"]])
 
 
+def _round(how: str, compacted: bool) -> str:
+    """The figure a question's time goes to: the side, and whether the round ended with a compaction."""
+    return {"extended": "compacted", "read": "compacted, read"}[how] if compacted else how
+
+
 def measure(quick: bool = False, *, events: int | None = None, days: int = 90, runs: int | None = None) -> list[Figure]:
     """``runs`` rounds of commits, each followed by the same filtered question asked both ways."""
     events = events or (300_000 if quick else 1_000_000)
@@ -91,11 +97,14 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
             first_read, _ = _ask(
                 source.to_pyarrow_dataset(), (str(table), source.version()), question, gap_ms, extended
             )
-            took: dict[str, list[float]] = {"extended": [], "read": []}
+            took: dict[str, list[float]] = {"extended": [], "read": [], "compacted": [], "compacted, read": []}
             warm: dict[str, list[float]] = {"extended": [], "read": []}  # asked again over the same version
             for run in range(runs):
                 for part in range(COMMITS):
                     _commit(table, sample, run, part)
+                compacted = run % 2 == 1
+                if compacted:
+                    DeltaTable(str(table)).optimize.compact(partition_filters=[("event_date", "=", last.isoformat())])
                 opened = DeltaTable(str(table))
                 raw, snapshot = opened.to_pyarrow_dataset(), (str(table), opened.version())
                 answers = {}
@@ -104,12 +113,13 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
                 order = ("extended", "read") if run % 2 == 0 else ("read", "extended")
                 for how in order:
                     seconds, answers[how] = _ask(raw, snapshot, question, gap_ms, kept[how])
-                    took[how].append(seconds * 1000)
+                    took[_round(how, compacted)].append(seconds * 1000)
                 for how in order:
                     warm[how].append(_ask(raw, snapshot, question, gap_ms, kept[how])[0] * 1000)
                 if answers["extended"] != answers["read"]:
                     raise AssertionError(f"run {run}: the extended scan's answer differs from a read of the version")
-                print(f"run {run + 1}/{runs}: extended {took['extended'][-1]:.0f} ms, read {took['read'][-1]:.0f} ms")
+                ext, read = took[_round("extended", compacted)][-1], took[_round("read", compacted)][-1]
+                print(f"run {run + 1}/{runs}{' (compacted)' * compacted}: extended {ext:.0f} ms, read {read:.0f} ms")
     finally:
         scan_cache.SCANS = previous
     note = f"{COMMITS} commits of {COMMIT_EVENTS:,} events before each question; {runs} questions each way"
@@ -126,6 +136,20 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
             note=note,
         ),
         Figure("question after commits: scan extended, max", max(took["extended"]), "ms"),
+        Figure(
+            "question after commits and a compaction: range read again, p50",
+            statistics.median(took["compacted, read"]),
+            "ms",
+            note="the last day's files compacted after the commits, every other round",
+        ),
+        Figure(
+            "question after commits and a compaction: scan followed, p50",
+            statistics.median(took["compacted"]),
+            "ms",
+            baseline="question after commits and a compaction: range read again, p50",
+            note="the compaction's files taken from the table's log; the rows added since read from the files"
+            " that held them",
+        ),
         Figure("the question again: over a read scan, p50", statistics.median(warm["read"]), "ms"),
         Figure(
             "the question again: over an extended scan, p50",

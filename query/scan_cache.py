@@ -110,12 +110,13 @@ def prepared_scan(
         scan = None
         if base is not None:
             try:
-                scan = base.extended(raw, site_id, days, interval, gap_ms)
+                scan = base.extended(raw, site_id, days, interval, gap_ms, version=version)
             except duckdb.Error:
                 log.warning("extending a prepared scan failed; reading the range", exc_info=True)
         how = "extended" if scan is not None else "read"
         if scan is None:
             scan = PreparedScan.read(raw, site_id, days, interval, gap_ms)
+        scan.version = version  # the version whose files it holds (an unchanged scan's files moved on)
         seconds = round(time.perf_counter() - began, 2)
         fields = kv(how=how, site=site_id, start=str(days.start), end=str(days.end), version=version, seconds=seconds)
         log.info("prepared scan", extra=fields)

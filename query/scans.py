@@ -10,10 +10,14 @@ and only the visitors whose events they hold are sessionised again, over all the
 new version's tables are then views: the read scan's rows but those visitors', and theirs
 sessionised again (a layer over the read scan, which is not copied: copying 1M events took 2.6 s
 of the 2.8 s an extension took). The version whose re-sessionised events pass a tenth of the
-read's is copied into a scan of its own instead. Any other change reads the range again: a
-forgotten visitor, and the archiver's compaction of its recent dates every 100 commits
-(``archiver/tables.py``), both of which remove files. Either way a scan's tables are those a read
-of its version gives, row for row and type for type (tests/unit/test_query_scans.py).
+read's is copied into a scan of its own instead.
+
+A compaction (the archiver's of its recent dates every 100 commits, ``archiver/tables.py``, or
+``tally maintain``'s) removes files but writes their rows again: the table's log
+(:mod:`query.delta_log`) says which, and the scan follows it, reading the rows added since from
+the files that hold them, or held them until the compaction (still on disk until a vacuum). Any
+other removal (a forgotten visitor) reads the range again. Either way a scan's tables are those a
+read of its version gives, row for row and type for type (tests/unit/test_query_scans.py).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from contextlib import contextmanager
 import duckdb
 import pyarrow.dataset as ds
 
+from query import delta_log
 from query.aggregates import Range
 from query.raw_events import SCAN_COLUMNS, Interval, open_events, visits_sql, within
 from tally.log import kv
@@ -89,6 +94,7 @@ class PreparedScan:
         # own: ``fresh`` (every event added since that read), ``touched`` (their visitors), and
         # ``numbered_again`` and ``visits_again`` (those visitors sessionised again).
         self.read_scan = read
+        self.version: int | None = None  # the table version whose files ``files`` are (set by the cache)
         # Detached when the scan is dropped and its last reader is done (readers hold the scan).
         weakref.finalize(self, _detach, con, database)
 
@@ -109,15 +115,20 @@ class PreparedScan:
         return cls(con, database, files=_files(raw), columns=_columns(raw), rows=rows)
 
     def extended(
-        self, raw: ds.Dataset, site_id: str, days: Range, interval: Interval, gap_ms: int
+        self, raw: ds.Dataset, site_id: str, days: Range, interval: Interval, gap_ms: int, *, version: int | None = None
     ) -> PreparedScan | None:
-        """The scan of a newer version ``raw`` of the table, from this one and the files added since;
-        this scan itself when they hold none of the range's events; None when files were removed or
-        a column's type changed (a read then gives the new version's tables)."""
+        """The scan of a newer ``version`` (``raw``) of the table, from this one and the rows added
+        since; this scan itself when they hold none of the range's events; None when rows were
+        removed or a column's type changed (a read then gives the new version's tables)."""
         held, files = self.files, _files(raw)
-        if held is None or files is None or not held <= files or _columns(raw) != self.columns:
+        if held is None or files is None or _columns(raw) != self.columns:
             return None
-        added = [f for f in raw.get_fragments() if f.path not in held]
+        if held <= files:  # only appends since
+            added: list[ds.Fragment] | None = [f for f in raw.get_fragments() if f.path not in held]
+        else:
+            added = self._rewritten(raw, files, version)
+        if added is None:
+            return None
         dataset = ds.FileSystemDataset(added, raw.schema, raw.format, raw.filesystem)
         with self.con.cursor() as cursor:
             open_events(dataset, site_id, days, SCAN_COLUMNS, con=cursor)
@@ -141,6 +152,35 @@ class PreparedScan:
             else:
                 _layer(cursor, read.database, scan.database)
             return scan
+
+    def _rewritten(self, raw: ds.Dataset, files: frozenset[str], version: int | None) -> list[ds.Fragment] | None:
+        """The files holding the rows added since this scan's version when files it read were
+        removed: None unless every removal since was a rewrite of the same rows (a compaction).
+
+        The table's commits are followed one by one. A compaction's new files hold the rows of the
+        files it removed: rows this scan holds, and rows added since that it has to read, from the
+        removed files themselves (None when a vacuum deleted one)."""
+        assert self.files is not None
+        found = None if self.version is None or version is None else delta_log.commits(raw, self.version, version)
+        if found is None:
+            return None
+        held, pending, gone = set(self.files), set[str](), dict[str, delta_log.Partition]()
+        for commit in found:
+            if not commit.rewrite:
+                if commit.removed:  # rows went (a forgotten visitor)
+                    return None
+                pending |= commit.added.keys()
+                continue
+            removed = commit.removed.keys()
+            if not removed <= held | pending:
+                return None
+            gone |= {path: commit.removed[path] for path in removed & pending}
+            held = (held - removed) | commit.added.keys()
+            pending -= removed
+        if held | pending != files or held & pending or not all(delta_log.exists(raw, path) for path in gone):
+            return None
+        fragments = [f for f in raw.get_fragments() if f.path in pending]
+        return fragments + [delta_log.fragment(raw, path, partition) for path, partition in gone.items()]
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:

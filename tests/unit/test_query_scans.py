@@ -1,8 +1,8 @@
 """A prepared scan of a newer version of raw.pageviews, built from the scan of the version before
 and the files added since (query.scans, query.scan_cache): its tables and every answer over it are
 those of a read of the new version, row for row and type for type, over a real Delta table written
-in appends (delta-rs) as the archiver writes it; a version that removed files (a compaction) or
-changed a column's type is read again."""
+in appends (delta-rs) as the archiver writes it, compactions followed through the table's log; a
+version that removed rows (a forgotten visitor) or changed a column's type is read again."""
 
 from __future__ import annotations
 
@@ -135,21 +135,66 @@ def test_each_version_s_scan_is_a_read_of_that_version_though_only_added_files_w
     assert joined == [(3,)], "the late event joined the two visits"
 
 
-def test_a_version_that_removed_files_is_read_again(tmp_path: Path, scan_reads: list[PreparedScan]) -> None:
+def test_a_compaction_is_followed_without_reading_the_range_again(
+    tmp_path: Path, scan_reads: list[PreparedScan]
+) -> None:
+    """The archiver's compaction merges files the scan read with files added since that it did not
+    read yet; the rows added since are read from those, removed but still on disk."""
     events = make_events()
     table = tmp_path / "raw.pageviews"
     append(table, events[:200])
     raw, version = snapshot(table)
-    prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
-    append(table, events[200:])
-    raw, version = snapshot(table)
-    prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
-    assert len(scan_reads) == 1, "the second version only added files"
+    first = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    append(table, events[200:300])  # not asked about: the compaction merges it with what the scan read
     DeltaTable(str(table)).optimize.compact()
+    append(table, events[300:400])
     raw, version = snapshot(table)
-    compacted = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
-    assert len(scan_reads) == 2, "the compaction removed files: the range is read again"
-    assert tables(compacted) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
+    scan = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    assert scan_reads == [first], "the compaction removed files but kept their rows: not read again"
+    assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
+    DeltaTable(str(table)).optimize.compact()  # nothing added: the same scan, following the new files
+    raw, version = snapshot(table)
+    assert prepared_scan(raw, version, SITE, DAYS, None, GAP_MS) is scan
+    append(table, events[400:])
+    raw, version = snapshot(table)
+    reads = len(scan_reads)
+    last = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    assert len(scan_reads) == reads, "the files of both compactions were followed"
+    assert tables(last) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
+
+
+def test_a_version_that_removed_rows_is_read_again(tmp_path: Path, scan_reads: list[PreparedScan]) -> None:
+    events = make_events()
+    table = tmp_path / "raw.pageviews"
+    append(table, events[:300])
+    raw, version = snapshot(table)
+    prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    append(table, events[300:])
+    forgotten = events[0]["visitor_id"]
+    DeltaTable(str(table)).delete(f"visitor_id = '{forgotten}'")  # `tally forget --visitor`
+    raw, version = snapshot(table)
+    scan = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    assert len(scan_reads) == 2, "a visitor's rows were deleted: the range is read again"
+    assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
+    with scan.cursor() as con:
+        assert con.execute(f"SELECT count(*) FROM evr WHERE visitor_id = '{forgotten}'").fetchone() == (0,)
+
+
+def test_a_compaction_whose_removed_files_were_vacuumed_is_read_again(
+    tmp_path: Path, scan_reads: list[PreparedScan]
+) -> None:
+    events = make_events()
+    table = tmp_path / "raw.pageviews"
+    append(table, events[:300])
+    raw, version = snapshot(table)
+    prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    append(table, events[300:])  # rows the scan has yet to read, only in removed files after the compaction
+    DeltaTable(str(table)).optimize.compact()
+    DeltaTable(str(table)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    raw, version = snapshot(table)
+    scan = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    assert len(scan_reads) == 2, "the rows added since are in no file left: the range is read again"
+    assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
 
 
 def test_a_version_whose_columns_changed_type_is_read_again(tmp_path: Path, scan_reads: list[PreparedScan]) -> None:
