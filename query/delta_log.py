@@ -23,6 +23,10 @@ from tally.log import kv
 log = logging.getLogger("tally.query.delta_log")
 
 Partition = dict[str, str | None]  # a file's partition values, as the log writes them
+# At most this many commits are followed (one read of the log each, one after another: a scan kept
+# for an hour of archiver commits every 2 s is about 1,800 behind; reading the range is then cheaper
+# than as many requests to an object store).
+MAX_COMMITS = 300
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class Commit:
 def commits(raw: ds.FileSystemDataset, after: int, until: int) -> list[Commit] | None:
     """The commits after version ``after`` up to ``until`` of the table ``raw`` is a snapshot of;
     None when one of them cannot be read (its log entry cleaned up, or unreadable)."""
+    if not 0 <= until - after <= MAX_COMMITS:
+        return None
     found = []
     for version in range(after + 1, until + 1):
         try:
@@ -62,7 +68,7 @@ def _commit(text: str) -> Commit:
                 file = action[kind]
                 files[unquote(file["path"])] = dict(file.get("partitionValues") or {})
                 rewrite = rewrite and file.get("dataChange") is False
-    return Commit(added, removed, rewrite=rewrite and bool(added or removed))
+    return Commit(added, removed, rewrite=rewrite and bool(removed))
 
 
 def fragment(raw: ds.FileSystemDataset, path: str, partition: Partition) -> ds.Fragment:
@@ -78,4 +84,4 @@ def fragment(raw: ds.FileSystemDataset, path: str, partition: Partition) -> ds.F
 
 def exists(raw: ds.FileSystemDataset, path: str) -> bool:
     """Whether the file is still on the table's storage (a vacuum deletes removed files)."""
-    return bool(raw.filesystem.get_file_info(path).type == fs.FileType.File)
+    return bool(raw.filesystem.get_file_info(path).type == fs.FileType.File)  # mypy: Any from pyarrow

@@ -12,7 +12,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
 
-import duckdb
 import pyarrow.dataset as ds
 
 from query.aggregates import Range
@@ -111,12 +110,11 @@ def prepared_scan(
         if base is not None:
             try:
                 scan = base.extended(raw, site_id, days, interval, gap_ms, version=version)
-            except duckdb.Error:
+            except Exception:
                 log.warning("extending a prepared scan failed; reading the range", exc_info=True)
         how = "extended" if scan is not None else "read"
         if scan is None:
-            scan = PreparedScan.read(raw, site_id, days, interval, gap_ms)
-        scan.version = version  # the version whose files it holds (an unchanged scan's files moved on)
+            scan = PreparedScan.read(raw, site_id, days, interval, gap_ms, version=version)
         seconds = round(time.perf_counter() - began, 2)
         fields = kv(how=how, site=site_id, start=str(days.start), end=str(days.end), version=version, seconds=seconds)
         log.info("prepared scan", extra=fields)

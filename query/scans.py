@@ -84,6 +84,7 @@ class PreparedScan:
         columns: Columns,
         rows: int,
         read: PreparedScan | None = None,
+        version: int | None = None,
     ) -> None:
         self.con = con  # the DuckDB the database is attached to, shared by the range's versions
         self.database = database
@@ -94,13 +95,15 @@ class PreparedScan:
         # own: ``fresh`` (every event added since that read), ``touched`` (their visitors), and
         # ``numbered_again`` and ``visits_again`` (those visitors sessionised again).
         self.read_scan = read
-        self.version: int | None = None  # the table version whose files ``files`` are (set by the cache)
+        self.version = version  # the table version whose files ``files`` are (None: unknown)
         # Detached when the scan is dropped and its last reader is done (readers hold the scan).
         weakref.finalize(self, _detach, con, database)
 
     @classmethod
-    def read(cls, raw: ds.Dataset, site_id: str, days: Range, interval: Interval, gap_ms: int) -> PreparedScan:
-        """Read the range's events from ``raw`` and sessionise them."""
+    def read(
+        cls, raw: ds.Dataset, site_id: str, days: Range, interval: Interval, gap_ms: int, *, version: int | None = None
+    ) -> PreparedScan:
+        """Read the range's events from ``raw`` (the table's ``version``) and sessionise them."""
         database = f"scan_{next(_DATABASES)}"
         con = open_events(raw, site_id, days, SCAN_COLUMNS)
         con.execute(f"CREATE TEMP VIEW scanned AS SELECT * FROM ev WHERE {within(interval)}")
@@ -112,14 +115,15 @@ class PreparedScan:
         con.execute("DROP VIEW temp.scanned; DROP VIEW temp.ev")
         con.unregister("raw")  # the events are copied: the dataset's files are not read again
         rows = _count(con, f"{database}.main.numbered")
-        return cls(con, database, files=_files(raw), columns=_columns(raw), rows=rows)
+        return cls(con, database, files=_files(raw), columns=_columns(raw), rows=rows, version=version)
 
     def extended(
         self, raw: ds.Dataset, site_id: str, days: Range, interval: Interval, gap_ms: int, *, version: int | None = None
     ) -> PreparedScan | None:
         """The scan of a newer ``version`` (``raw``) of the table, from this one and the rows added
-        since; this scan itself when they hold none of the range's events; None when rows were
-        removed or a column's type changed (a read then gives the new version's tables)."""
+        since; this scan itself when they hold none of the range's events. None (a read then gives
+        the new version's tables) when a column's type changed, or files this scan read were removed
+        other than by a compaction it can follow (:meth:`_rewritten`)."""
         held, files = self.files, _files(raw)
         if held is None or files is None or _columns(raw) != self.columns:
             return None
@@ -137,13 +141,14 @@ class PreparedScan:
             if not _count(cursor, "fresh"):
                 # The same events: this scan is the new version's too. Holding the newer files, it
                 # can no longer be extended to a version between the two; that one is read.
-                self.files = files
+                self.files, self.version = files, version
                 return self
             read = self.read_scan or self
             if self.read_scan is not None:  # every event since the read, not only since this layer
                 cursor.execute(f"INSERT INTO fresh BY NAME SELECT * FROM {self.database}.main.fresh")
+            database = f"scan_{next(_DATABASES)}"
             scan = PreparedScan(
-                self.con, f"scan_{next(_DATABASES)}", files=files, columns=self.columns, rows=read.rows, read=read
+                self.con, database, files=files, columns=self.columns, rows=read.rows, read=read, version=version
             )
             _sessionise_again(cursor, read.database, gap_ms)
             if _count(cursor, "again") * COPY_PAST > read.rows:
@@ -157,27 +162,33 @@ class PreparedScan:
         """The files holding the rows added since this scan's version when files it read were
         removed: None unless every removal since was a rewrite of the same rows (a compaction).
 
-        The table's commits are followed one by one. A compaction's new files hold the rows of the
-        files it removed: rows this scan holds, and rows added since that it has to read, from the
-        removed files themselves (None when a vacuum deleted one)."""
+        The table's commits are followed one by one (at most ``delta_log.MAX_COMMITS``). A
+        compaction's new files hold the rows of the files it removed: rows this scan holds, and
+        rows added since that it has to read, from the removed files themselves (None when a vacuum
+        deleted one). A file is taken with the partition values of the commit that added it."""
         assert self.files is not None
         found = None if self.version is None or version is None else delta_log.commits(raw, self.version, version)
         if found is None:
             return None
-        held, pending, gone = set(self.files), set[str](), dict[str, delta_log.Partition]()
+        held: set[str] = set(self.files)
+        pending: dict[str, delta_log.Partition] = {}  # added since, rows to read
+        gone: dict[str, delta_log.Partition] = {}  # of those, the ones a compaction removed
         for commit in found:
+            if commit.added.keys() & (held | gone.keys()):  # a file added twice: not what delta-rs writes
+                return None
             if not commit.rewrite:
                 if commit.removed:  # rows went (a forgotten visitor)
                     return None
-                pending |= commit.added.keys()
+                pending |= commit.added
                 continue
             removed = commit.removed.keys()
-            if not removed <= held | pending:
+            if not removed <= held | pending.keys():
                 return None
-            gone |= {path: commit.removed[path] for path in removed & pending}
+            gone |= {path: pending.pop(path) for path in removed & pending.keys()}
             held = (held - removed) | commit.added.keys()
-            pending -= removed
-        if held | pending != files or held & pending or not all(delta_log.exists(raw, path) for path in gone):
+        if held | pending.keys() != files or held & pending.keys():
+            return None
+        if not all(delta_log.exists(raw, path) for path in gone):
             return None
         fragments = [f for f in raw.get_fragments() if f.path in pending]
         return fragments + [delta_log.fragment(raw, path, partition) for path, partition in gone.items()]

@@ -135,32 +135,40 @@ def test_each_version_s_scan_is_a_read_of_that_version_though_only_added_files_w
     assert joined == [(3,)], "the late event joined the two visits"
 
 
-def test_a_compaction_is_followed_without_reading_the_range_again(
+def test_compactions_are_followed_without_reading_the_range_again(
     tmp_path: Path, scan_reads: list[PreparedScan]
 ) -> None:
     """The archiver's compaction merges files the scan read with files added since that it did not
     read yet; the rows added since are read from those, removed but still on disk."""
     events = make_events()
     table = tmp_path / "raw.pageviews"
+
+    def compact() -> None:
+        DeltaTable(str(table)).optimize.compact()
+
+    def asked() -> PreparedScan:
+        raw, version = snapshot(table)
+        reads = len(scan_reads)
+        scan = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+        assert len(scan_reads) == reads, "the compactions removed files but kept their rows: not read again"
+        assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
+        return scan
+
     append(table, events[:200])
     raw, version = snapshot(table)
-    first = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
+    prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
     append(table, events[200:300])  # not asked about: the compaction merges it with what the scan read
-    DeltaTable(str(table)).optimize.compact()
+    compact()
     append(table, events[300:400])
-    raw, version = snapshot(table)
-    scan = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
-    assert scan_reads == [first], "the compaction removed files but kept their rows: not read again"
-    assert tables(scan) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
-    DeltaTable(str(table)).optimize.compact()  # nothing added: the same scan, following the new files
-    raw, version = snapshot(table)
-    assert prepared_scan(raw, version, SITE, DAYS, None, GAP_MS) is scan
-    append(table, events[400:])
-    raw, version = snapshot(table)
-    reads = len(scan_reads)
-    last = prepared_scan(raw, version, SITE, DAYS, None, GAP_MS)
-    assert len(scan_reads) == reads, "the files of both compactions were followed"
-    assert tables(last) == tables(PreparedScan.read(raw, SITE, DAYS, None, GAP_MS))
+    scan = asked()
+    compact()  # nothing added: the same scan, now holding the compaction's files
+    assert asked() is scan
+    append(table, events[400:450])
+    compact()  # the files of the compaction before, compacted again with rows added since
+    append(table, events[450:500])
+    compact()
+    append(table, events[500:])
+    asked()
 
 
 def test_a_version_that_removed_rows_is_read_again(tmp_path: Path, scan_reads: list[PreparedScan]) -> None:
