@@ -45,6 +45,7 @@ class PreparedScans:
         self.size = size
         self._lock = threading.Lock()
         self._ranges: OrderedDict[ScanKey, OrderedDict[int, PreparedScan]] = OrderedDict()
+        # One build at a time per range, whatever the version: a range's lock lives as long as the range.
         self._building: dict[ScanKey, threading.Lock] = {}
 
     def kept(self) -> dict[ScanKey, list[int]]:
@@ -68,12 +69,12 @@ class PreparedScans:
                 base = self._ranges[key][max(older)] if older else None
             try:
                 scan = build(base)
-            except BaseException:
+            except BaseException:  # tried again by the next question
                 with self._lock:
-                    self._building.pop(key, None)  # a failed build is tried again by the next question
+                    if key not in self._ranges:  # no range to keep the lock for
+                        self._building.pop(key, None)
                 raise
-            with self._lock:  # kept and the build's lock let go together: nobody builds it twice
-                self._building.pop(key, None)
+            with self._lock:  # kept before the build's lock is let go: nobody builds it twice
                 versions = self._ranges.setdefault(key, OrderedDict())
                 self._ranges.move_to_end(key)
                 versions[version] = scan
@@ -82,7 +83,9 @@ class PreparedScans:
                 while len(self._ranges) > self.size:
                     # dropped, not closed: a question still reading a scan holds it, and its
                     # database is detached with the last reference
-                    dropped.append(self._ranges.popitem(last=False))
+                    old, scans = self._ranges.popitem(last=False)
+                    self._building.pop(old, None)
+                    dropped.append(scans)
         dropped.clear()
         return scan
 

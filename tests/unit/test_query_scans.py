@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +263,34 @@ def test_a_range_keeps_its_two_newest_versions_and_the_oldest_scan_is_freed(tmp_
     attached = {r[0] for r in con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
     assert database not in attached, "the oldest version's database is detached once nothing holds it"
     assert [len(v) for v in scan_cache.SCANS.kept().values()] == [VERSIONS_KEPT]
+
+
+def test_a_version_is_built_once_though_asked_for_while_the_version_before_was_being_built() -> None:
+    """Builds of a range wait for each other whatever their version: a question asking for a version
+    whose build has just started waits for it instead of building it a second time."""
+    cache = scan_cache.PreparedScans()
+    key = scan_cache.ScanKey("raw.pageviews", SITE, START, TODAY, None, GAP_MS)
+    gates = {1: threading.Event(), 2: threading.Event()}
+    started = {1: threading.Event(), 2: threading.Event()}
+    built: list[int] = []
+
+    def builder(version: int) -> Any:
+        def build(base: PreparedScan | None) -> Any:
+            built.append(version)
+            started[version].set()
+            assert gates[version].wait(10)
+            return object()
+
+        return build
+
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(cache.get, key, 1, builder(1))
+        assert started[1].wait(10)
+        second = pool.submit(cache.get, key, 2, builder(2))  # waits for version 1's build
+        gates[1].set()
+        assert started[2].wait(10)
+        third = pool.submit(cache.get, key, 2, builder(2))  # asks while version 2 is being built
+        gates[2].set()
+        assert second.result(10) is third.result(10)
+        first.result(10)
+    assert built == [1, 2]
