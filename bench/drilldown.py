@@ -60,11 +60,6 @@ def _ask(
     return time.perf_counter() - began, sorted(rows, key=lambda r: [str(d) for d in r["dimensions"]])
 
 
-def _round(how: str, compacted: bool) -> str:
-    """The figure a question's time goes to: the side, and whether the round ended with a compaction."""
-    return f"compacted, {how}" if compacted else how
-
-
 def measure(quick: bool = False, *, events: int | None = None, days: int = 90, runs: int | None = None) -> list[Figure]:
     """``runs`` rounds of commits, each followed by the same filtered question asked both ways."""
     events = events or (300_000 if quick else 1_000_000)
@@ -97,12 +92,8 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
             first_read, _ = _ask(
                 source.to_pyarrow_dataset(), (str(table), source.version()), question, gap_ms, extended
             )
-            took: dict[str, list[float]] = {
-                "extended": [],
-                "read": [],
-                "compacted, extended": [],
-                "compacted, read": [],
-            }
+            # each side's times, by whether the round ended with a compaction
+            took: dict[bool, dict[str, list[float]]] = {c: {"extended": [], "read": []} for c in (False, True)}
             warm: dict[str, list[float]] = {"extended": [], "read": []}  # asked again over the same version
             for run in range(runs):
                 for part in range(COMMITS):
@@ -118,40 +109,41 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
                 order = ("extended", "read") if run % 2 == 0 else ("read", "extended")
                 for how in order:
                     seconds, answers[how] = _ask(raw, snapshot, question, gap_ms, kept[how])
-                    took[_round(how, compacted)].append(seconds * 1000)
+                    took[compacted][how].append(seconds * 1000)
                 for how in order:
                     warm[how].append(_ask(raw, snapshot, question, gap_ms, kept[how])[0] * 1000)
                 if answers["extended"] != answers["read"]:
                     raise AssertionError(f"run {run}: the extended scan's answer differs from a read of the version")
-                ext, read = took[_round("extended", compacted)][-1], took[_round("read", compacted)][-1]
+                ext, read = took[compacted]["extended"][-1], took[compacted]["read"][-1]
                 kind = " (compacted)" if compacted else ""
                 print(f"run {run + 1}/{runs}{kind}: extended {ext:.0f} ms, read {read:.0f} ms")
     finally:
         scan_cache.SCANS = previous
-    each = f"{len(took['read'])} questions each way"
+    plain, compacted_rounds = took[False], took[True]
+    each = f"{len(plain['read'])} questions each way"
     note = f"{COMMITS} commits of {COMMIT_EVENTS:,} events before each question; {each}"
     return [
         Figure(
             "first filtered question (the range read)", first_read * 1000, "ms", note=f"{events:,} events, {days} days"
         ),
-        Figure("question after commits: range read again, p50", statistics.median(took["read"]), "ms", note=note),
+        Figure("question after commits: range read again, p50", statistics.median(plain["read"]), "ms", note=note),
         Figure(
             "question after commits: scan extended, p50",
-            statistics.median(took["extended"]),
+            statistics.median(plain["extended"]),
             "ms",
             baseline="question after commits: range read again, p50",
             note=note,
         ),
-        Figure("question after commits: scan extended, max", max(took["extended"]), "ms"),
+        Figure("question after commits: scan extended, max", max(plain["extended"]), "ms"),
         Figure(
             "question after commits and a compaction: range read again, p50",
-            statistics.median(took["compacted, read"]),
+            statistics.median(compacted_rounds["read"]),
             "ms",
-            note=f"the last day's files compacted after the commits; {len(took['compacted, read'])} questions each",
+            note=f"the last day's files compacted after the commits; {len(compacted_rounds['read'])} questions each",
         ),
         Figure(
             "question after commits and a compaction: scan followed, p50",
-            statistics.median(took["compacted, extended"]),
+            statistics.median(compacted_rounds["extended"]),
             "ms",
             baseline="question after commits and a compaction: range read again, p50",
             note="the compaction's files taken from the table's log; the rows added since read from the files"
