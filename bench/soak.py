@@ -6,6 +6,8 @@ request 2xx and p99 < 100 ms), unless ``--rate`` gives the soak rate. The verdic
 comes from the least-squares slope of its resident memory over the second half of the soak
 (after warm-up): *flat* if it grows by less than 5% of its size per hour (or 10 MiB/h). At the
 end, every byte at rest and every Kafka record is searched for the client IPs the load used.
+With ``--native-memory``, the views JVM runs with native memory tracking and its resident memory is
+also split into the parts that can grow, once a minute (``bench/jvm_memory.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import contextlib
 import csv
 import json
+import math
 import tempfile
 import threading
 import time
@@ -23,15 +26,14 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import psutil
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from bench.ingest import ramp
+from bench.jvm_memory import native_memory_env, views_parts
 from bench.loadgen import Run, http_post, run_open_loop, summary
 from bench.report import Figure, print_figures
-from bench.stack import members, rss_by_service, tally
-from ops.processes import Supervisor
+from bench.stack import rss_by_service, tally
 from ops.stack import stack_env
 from quality.leaks import Match, scan_at_rest
 from tally.settings import PROJECT_ROOT
@@ -39,6 +41,7 @@ from tally.settings import PROJECT_ROOT
 BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"  # views leave crawlers out
 CLIENT_IPS = tuple(f"198.51.100.{n}" for n in range(101, 117))  # 16 documentation addresses (RFC 5737)
 SAMPLE_S = 10.0
+NMT_EVERY = 6  # samples: the views JVM's parts (jcmd) once a minute
 PROBE_EVERY_S = 5.0  # a beacon with a page path of its own this often, watched for in agg.traffic_1m
 WATCH_EVERY_S = 1.0
 SERIES = PROJECT_ROOT / "bench" / "soak-memory.csv"
@@ -115,24 +118,24 @@ def slope_mib_per_hour(seconds: list[float], mib: list[float]) -> float:
     return float(np.polyfit(x, y, 1)[0] * 3600)
 
 
-def views_parts(home: Path) -> dict[str, float]:
-    """The views job's resident MiB split into its parts, to see which one grows: the Python driver
-    (``jobs`` and its foreachBatch code), the Spark JVM, and the Python workers the JVM starts."""
-    parts: dict[str, float] = {}
-    with contextlib.suppress(psutil.Error, KeyError):  # the job may restart meanwhile
-        driver = psutil.Process(Supervisor(home).pids()["views"])
-        parts["views (Python driver)"] = driver.memory_info().rss / 2**20
-        for child in members(driver)[1:]:
-            with contextlib.suppress(psutil.Error):
-                name = "views (JVM)" if child.name() == "java" else "views (Python workers)"
-                parts[name] = parts.get(name, 0.0) + child.memory_info().rss / 2**20
-    return parts
+def memory_verdict(slope: float, size: float) -> str:
+    """Flat: it grows or shrinks by under 5% of its size (or 10 MiB) an hour."""
+    if math.isnan(slope):
+        return "too few samples in the second half for a slope"
+    if abs(slope) < max(0.05 * size, 10.0):
+        return "flat"
+    return "growing" if slope > 0 else "shrinking"
 
 
-def _sample(home: Path, started: float, stop: threading.Event, rows: list[tuple[float, str, float]]) -> None:
+def _sample(
+    home: Path, started: float, stop: threading.Event, rows: list[tuple[float, str, float]], jvm_detail: bool
+) -> None:
+    n = 0
     while not stop.wait(SAMPLE_S):
         now = time.monotonic() - started
-        rows.extend((now, name, mib) for name, mib in {**rss_by_service(home), **views_parts(home)}.items())
+        parts = views_parts(home, jvm_detail=jvm_detail and n % NMT_EVERY == 0)
+        rows.extend((now, name, mib) for name, mib in {**rss_by_service(home), **parts}.items())
+        n += 1
 
 
 def _write_series(rows: list[tuple[float, str, float]]) -> None:
@@ -143,7 +146,9 @@ def _write_series(rows: list[tuple[float, str, float]]) -> None:
     print(f"memory samples: {SERIES}", flush=True)
 
 
-def measure(quick: bool = False, *, minutes: float | None = None, rate: float | None = None) -> list[Figure]:
+def measure(
+    quick: bool = False, *, minutes: float | None = None, rate: float | None = None, native_memory: bool = False
+) -> list[Figure]:
     """One soak run on a private stack; the figures are slopes, sizes, latency and the leak scan."""
     minutes = minutes or (3.0 if quick else 30.0)
     home = Path(tempfile.mkdtemp(prefix="tally-bench-soak-"))
@@ -152,6 +157,8 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
         "TALLY_RATELIMIT__CLIENT_PAGEVIEWS_PER_HOUR": "1000000000",
         "TALLY_RATELIMIT__SITE_EVENTS_PER_SECOND": "1000000000",
     }
+    if native_memory:
+        env |= native_memory_env()
     port = int(env["TALLY_INGEST__PORT"])
     rows: list[tuple[float, str, float]] = []
     sent: dict[str, float] = {}
@@ -171,7 +178,7 @@ def measure(quick: bool = False, *, minutes: float | None = None, rate: float | 
         how = "given with --rate" if rate else f"half of the {peak:,.0f}/s peak measured on this stack"
         print(f"soak: {soak_rate:,.0f} events/s ({how}) for {minutes:g} min", flush=True)
         started = time.monotonic()
-        sampler = threading.Thread(target=_sample, args=(home, started, stop, rows), daemon=True)
+        sampler = threading.Thread(target=_sample, args=(home, started, stop, rows, native_memory), daemon=True)
         sampler.start()
         uri = str(home / "warehouse" / "agg" / "traffic_1m")
         probes = [
@@ -289,7 +296,7 @@ def _figures(
         seconds, mib = [t for t, _ in series], [m for _, m in series]
         slope = slope_mib_per_hour(seconds, mib)
         size = float(np.median(mib[len(mib) // 2 :]))
-        verdict = "flat" if abs(slope) < max(0.05 * size, 10.0) else "growing" if slope > 0 else "shrinking"
+        verdict = memory_verdict(slope, size)
         note = f"{verdict}; {mib[0]:,.0f} MiB at the first sample, {mib[-1]:,.0f} MiB at the last"
         figures.append(Figure(f"{name}: resident memory, second half (median)", size, "MiB"))
         figures.append(Figure(f"{name}: slope over the second half", slope, "MiB/h", goal="flat", note=note))
@@ -310,8 +317,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--minutes", type=float, help="how long to soak (default 30, quick 3)")
     parser.add_argument("--rate", type=float, help="events/s (default: half of the peak measured first)")
     parser.add_argument("--quick", action="store_true", help="a 3-minute soak (a smoke test)")
+    parser.add_argument(
+        "--native-memory",
+        action="store_true",
+        help="run the views JVM with native memory tracking and report its parts (heap, class metadata, code"
+        " cache, threads, other tracked, untracked: RocksDB and malloc) once a minute; costs the JVM a little"
+        " CPU and about 15 MiB",
+    )
     args = parser.parse_args(argv)
-    print_figures(measure(args.quick, minutes=args.minutes, rate=args.rate))
+    print_figures(measure(args.quick, minutes=args.minutes, rate=args.rate, native_memory=args.native_memory))
 
 
 if __name__ == "__main__":

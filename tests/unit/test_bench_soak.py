@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from bench.soak import _view_latency, latency_by_minute, slope_mib_per_hour
+from bench.soak import _view_latency, latency_by_minute, memory_verdict, slope_mib_per_hour
 from bench.stack import is_jvm_fork, members
 
 
@@ -51,6 +51,16 @@ def test_the_slope_is_least_squares_over_the_second_half_in_mib_per_hour() -> No
     seconds = [float(s) for s in range(0, 600, 10)]
     mib = [100.0 + (0.0 if s < 300 else (s - 300) / 3600 * 50) for s in seconds]  # 50 MiB/h after warm-up
     assert abs(slope_mib_per_hour(seconds, mib) - 50.0) < 1e-6
+
+
+def test_a_part_sampled_too_rarely_for_a_slope_says_so_rather_than_shrinking() -> None:
+    # The views JVM's parts are sampled once a minute: a 3-minute soak has one in its second half.
+    assert math.isnan(slope_mib_per_hour([60.0, 120.0], [100.0, 200.0]))
+    assert memory_verdict(float("nan"), 200.0) == "too few samples in the second half for a slope"
+    assert memory_verdict(9.0, 100.0) == "flat", "under 10 MiB/h is flat whatever the size"
+    assert memory_verdict(90.0, 2000.0) == "flat", "under 5% of 2,000 MiB an hour"
+    assert memory_verdict(110.0, 2000.0) == "growing"
+    assert memory_verdict(-110.0, 2000.0) == "shrinking"
 
 
 def test_the_views_latency_is_also_shown_per_minute_of_the_soak_by_when_each_probe_was_sent() -> None:

@@ -1,0 +1,93 @@
+"""The views job's resident memory by part: its Python driver, its Spark JVM, the Python workers the
+JVM starts, and the JVM's own parts from its native memory tracking.
+
+``bench.soak --native-memory`` starts the views job with ``-XX:NativeMemoryTracking=summary`` and asks
+``jcmd <pid> VM.native_memory summary`` once a minute. What the JVM tracks is split into the parts
+that can grow: the heap, class metadata (metaspace and class space), the JIT's code cache, thread
+stacks, and the rest of what it tracks (symbols, the compiler's arenas, GC tables, NMT itself). What
+it does not track is the process's resident size less all of that: memory native libraries take
+with malloc, mostly RocksDB's state store (bounded by
+``spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB``) and the allocator's own overhead.
+NMT's committed figures are what the JVM asked the kernel for; the untracked part is therefore an
+estimate (committed but untouched pages are not resident).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import psutil
+
+from bench.stack import members
+from ops.processes import Supervisor
+from tally.settings import load_settings
+
+NMT_OPTION = "-XX:NativeMemoryTracking=summary"
+# NMT's category name -> the part reported (MiB committed). Anything else is "other tracked".
+PARTS = {"Java Heap": "heap", "Class": "class metadata", "Metaspace": "class metadata", "Code": "code cache"}
+THREADS = "Thread"
+_TOTAL = re.compile(r"^Total: reserved=\d+KB, committed=(\d+)KB", re.M)
+_CATEGORY = re.compile(r"^-\s+(.+?) \(reserved=\d+KB, committed=(\d+)KB\)", re.M)
+
+
+def parse_summary(text: str) -> dict[str, float] | None:
+    """MiB committed per part from ``VM.native_memory summary`` output; None if it has no total
+    (NMT off, or the JVM did not answer)."""
+    total = _TOTAL.search(text)
+    if total is None:
+        return None
+    parts = {"heap": 0.0, "class metadata": 0.0, "code cache": 0.0, "threads": 0.0, "other tracked": 0.0}
+    for match in _CATEGORY.finditer(text):
+        name, mib = match.group(1).strip(), int(match.group(2)) / 1024
+        part = PARTS.get(name, "threads" if name == THREADS else "other tracked")
+        parts[part] += mib
+    parts["tracked"] = int(total.group(1)) / 1024
+    return parts
+
+
+def by_part(pid: int, rss_mib: float, timeout: float = 30.0) -> dict[str, float]:
+    """The JVM ``pid``'s parts in MiB, plus "untracked" (resident less tracked); empty if ``jcmd`` is
+    missing or the JVM runs without NMT."""
+    jcmd = shutil.which("jcmd")
+    if jcmd is None:
+        return {}
+    try:
+        out = subprocess.run(
+            [jcmd, str(pid), "VM.native_memory", "summary"], capture_output=True, text=True, timeout=timeout
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    parts = parse_summary(out.stdout)
+    if parts is None:
+        return {}
+    parts["untracked"] = rss_mib - parts.pop("tracked")
+    return parts
+
+
+def views_parts(home: Path, *, jvm_detail: bool = False) -> dict[str, float]:
+    """The views job's resident MiB split into its parts, to see which one grows: the Python driver
+    (``jobs`` and its foreachBatch code), the Spark JVM, and the Python workers the JVM starts; with
+    ``jvm_detail``, the JVM's own parts too (it must run with native memory tracking)."""
+    parts: dict[str, float] = {}
+    with contextlib.suppress(psutil.Error, KeyError):  # the job may restart meanwhile
+        driver = psutil.Process(Supervisor(home).pids()["views"])
+        parts["views (Python driver)"] = driver.memory_info().rss / 2**20
+        for child in members(driver)[1:]:
+            with contextlib.suppress(psutil.Error):
+                rss = child.memory_info().rss / 2**20
+                jvm = child.name() == "java"
+                name = "views (JVM)" if jvm else "views (Python workers)"
+                parts[name] = parts.get(name, 0.0) + rss
+                if jvm and jvm_detail:
+                    parts |= {f"views (JVM) {part}": mib for part, mib in by_part(child.pid, rss).items()}
+    return parts
+
+
+def native_memory_env() -> dict[str, str]:
+    """The views job's JVM options (as configured) plus native memory tracking, as an override."""
+    options = load_settings().spark.views_java_options
+    return {"TALLY_SPARK__VIEWS_JAVA_OPTIONS": f"{options} {NMT_OPTION}".strip()}
