@@ -6,8 +6,9 @@ request 2xx and p99 < 100 ms), unless ``--rate`` gives the soak rate. The verdic
 comes from the least-squares slope of its resident memory over the second half of the soak
 (after warm-up): *flat* if it grows by less than 5% of its size per hour (or 10 MiB/h). At the
 end, every byte at rest and every Kafka record is searched for the client IPs the load used.
-With ``--native-memory``, the views JVM runs with native memory tracking and its resident memory is
-also split into the parts that can grow, once a minute (``bench/jvm_memory.py``).
+With ``--native-memory``, the views JVM runs with native memory tracking and is also split into the
+parts that can grow, once a minute (``bench/memory.py``: what the JVM committed to each, and the
+resident size less all of that).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import argparse
 import contextlib
 import csv
 import json
-import math
+import shutil
 import tempfile
 import threading
 import time
@@ -30,8 +31,8 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from bench.ingest import ramp
-from bench.jvm_memory import native_memory_env, views_parts
 from bench.loadgen import Run, http_post, run_open_loop, summary
+from bench.memory import memory_verdict, native_memory_env, slope_mib_per_hour, views_parts
 from bench.report import Figure, print_figures
 from bench.stack import rss_by_service, tally
 from ops.stack import stack_env
@@ -109,32 +110,15 @@ def watch_probes(uri: str, stop: threading.Event, seen: dict[str, float]) -> Non
                 read.add(path)
 
 
-def slope_mib_per_hour(seconds: list[float], mib: list[float]) -> float:
-    """Least-squares slope of the second half of a series, in MiB per hour."""
-    half = len(seconds) // 2
-    x, y = np.array(seconds[half:]), np.array(mib[half:])
-    if len(x) < 3:
-        return float("nan")
-    return float(np.polyfit(x, y, 1)[0] * 3600)
-
-
-def memory_verdict(slope: float, size: float) -> str:
-    """Flat: it grows or shrinks by under 5% of its size (or 10 MiB) an hour."""
-    if math.isnan(slope):
-        return "too few samples in the second half for a slope"
-    if abs(slope) < max(0.05 * size, 10.0):
-        return "flat"
-    return "growing" if slope > 0 else "shrinking"
-
-
 def _sample(
-    home: Path, started: float, stop: threading.Event, rows: list[tuple[float, str, float]], jvm_detail: bool
+    home: Path, started: float, stop: threading.Event, rows: list[tuple[float, str, float]], native_memory: bool
 ) -> None:
     n = 0
     while not stop.wait(SAMPLE_S):
         now = time.monotonic() - started
-        parts = views_parts(home, jvm_detail=jvm_detail and n % NMT_EVERY == 0)
-        rows.extend((now, name, mib) for name, mib in {**rss_by_service(home), **parts}.items())
+        services = rss_by_service(home)  # before the views' parts: asking jcmd takes a moment
+        parts = views_parts(home, native_memory=native_memory and n % NMT_EVERY == 0)
+        rows.extend((now, name, mib) for name, mib in {**services, **parts}.items())
         n += 1
 
 
@@ -158,7 +142,9 @@ def measure(
         "TALLY_RATELIMIT__SITE_EVENTS_PER_SECOND": "1000000000",
     }
     if native_memory:
-        env |= native_memory_env()
+        if shutil.which("jcmd") is None:
+            raise RuntimeError("--native-memory needs the JDK's jcmd on the PATH (make setup installs a JDK)")
+        env |= native_memory_env(env)
     port = int(env["TALLY_INGEST__PORT"])
     rows: list[tuple[float, str, float]] = []
     sent: dict[str, float] = {}
@@ -322,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="run the views JVM with native memory tracking and report its parts (heap, class metadata, code"
         " cache, threads, other tracked, untracked: RocksDB and malloc) once a minute; costs the JVM a little"
-        " CPU and about 15 MiB",
+        " CPU and about 15 MiB, plus a jcmd call (a short-lived JVM) a minute",
     )
     args = parser.parse_args(argv)
     print_figures(measure(args.quick, minutes=args.minutes, rate=args.rate, native_memory=args.native_memory))

@@ -9,7 +9,8 @@ import time
 import psutil
 import pytest
 
-from bench.soak import _view_latency, latency_by_minute, memory_verdict, slope_mib_per_hour
+from bench.memory import memory_verdict, slope_mib_per_hour
+from bench.soak import _view_latency, latency_by_minute
 from bench.stack import is_jvm_fork, members
 
 

@@ -1,5 +1,6 @@
-"""The views job's resident memory by part: its Python driver, its Spark JVM, the Python workers the
-JVM starts, and the JVM's own parts from its native memory tracking.
+"""Resident memory over a soak: the slope of a series and its verdict, and the views job by part (its
+Python driver, its Spark JVM, the Python workers the JVM starts, and the JVM's own parts from its
+native memory tracking).
 
 ``bench.soak --native-memory`` starts the views job with ``-XX:NativeMemoryTracking=summary`` and asks
 ``jcmd <pid> VM.native_memory summary`` once a minute. What the JVM tracks is split into the parts
@@ -15,11 +16,15 @@ estimate (committed but untouched pages are not resident).
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from unittest import mock
 
+import numpy as np
 import psutil
 
 from bench.stack import members
@@ -28,10 +33,35 @@ from tally.settings import load_settings
 
 NMT_OPTION = "-XX:NativeMemoryTracking=summary"
 # NMT's category name -> the part reported (MiB committed). Anything else is "other tracked".
-PARTS = {"Java Heap": "heap", "Class": "class metadata", "Metaspace": "class metadata", "Code": "code cache"}
-THREADS = "Thread"
+PARTS = {
+    "Java Heap": "heap",
+    "Class": "class metadata",
+    "Metaspace": "class metadata",
+    "Code": "code cache",
+    "Thread": "threads",
+}
+UNTRACKED = "untracked"
 _TOTAL = re.compile(r"^Total: reserved=\d+KB, committed=(\d+)KB", re.M)
 _CATEGORY = re.compile(r"^-\s+(.+?) \(reserved=\d+KB, committed=(\d+)KB\)", re.M)
+
+
+def slope_mib_per_hour(seconds: list[float], mib: list[float]) -> float:
+    """Least-squares slope of the second half of a series, in MiB per hour."""
+    half = len(seconds) // 2
+    x, y = np.array(seconds[half:]), np.array(mib[half:])
+    if len(x) < 3:
+        return float("nan")
+    return float(np.polyfit(x, y, 1)[0] * 3600)
+
+
+def memory_verdict(slope: float, size: float) -> str:
+    """Flat: it grows or shrinks by under 5% of its size (or 10 MiB) an hour; a NaN slope (fewer than
+    three samples in the second half) has no verdict."""
+    if math.isnan(slope):
+        return "too few samples in the second half for a slope"
+    if abs(slope) < max(0.05 * size, 10.0):
+        return "flat"
+    return "growing" if slope > 0 else "shrinking"
 
 
 def parse_summary(text: str) -> dict[str, float] | None:
@@ -43,35 +73,48 @@ def parse_summary(text: str) -> dict[str, float] | None:
     parts = {"heap": 0.0, "class metadata": 0.0, "code cache": 0.0, "threads": 0.0, "other tracked": 0.0}
     for match in _CATEGORY.finditer(text):
         name, mib = match.group(1).strip(), int(match.group(2)) / 1024
-        part = PARTS.get(name, "threads" if name == THREADS else "other tracked")
+        part = PARTS.get(name, "other tracked")
         parts[part] += mib
     parts["tracked"] = int(total.group(1)) / 1024
     return parts
 
 
 def by_part(pid: int, rss_mib: float, timeout: float = 30.0) -> dict[str, float]:
-    """The JVM ``pid``'s parts in MiB, plus "untracked" (resident less tracked); empty if ``jcmd`` is
-    missing or the JVM runs without NMT."""
+    """The JVM ``pid``'s parts in MiB committed, plus "untracked" (resident less committed); empty,
+    said once per reason, if ``jcmd`` is missing or fails, or the JVM runs without NMT."""
     jcmd = shutil.which("jcmd")
     if jcmd is None:
+        _say_once("jcmd is not on the PATH")
         return {}
     try:
         out = subprocess.run(
             [jcmd, str(pid), "VM.native_memory", "summary"], capture_output=True, text=True, timeout=timeout
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired) as e:
+        _say_once(f"jcmd failed: {e}")
         return {}
     parts = parse_summary(out.stdout)
     if parts is None:
+        _say_once(f"no native memory summary from the JVM: {(out.stdout + out.stderr).strip()[-200:]}")
         return {}
-    parts["untracked"] = rss_mib - parts.pop("tracked")
+    parts[UNTRACKED] = rss_mib - parts.pop("tracked")
     return parts
 
 
-def views_parts(home: Path, *, jvm_detail: bool = False) -> dict[str, float]:
+_said: set[str] = set()
+
+
+def _say_once(why: str) -> None:
+    if why not in _said:
+        _said.add(why)
+        print(f"views JVM's parts not sampled: {why}", flush=True)
+
+
+def views_parts(home: Path, *, native_memory: bool = False) -> dict[str, float]:
     """The views job's resident MiB split into its parts, to see which one grows: the Python driver
     (``jobs`` and its foreachBatch code), the Spark JVM, and the Python workers the JVM starts; with
-    ``jvm_detail``, the JVM's own parts too (it must run with native memory tracking)."""
+    ``native_memory``, the JVM's own parts too (it must run with native memory tracking), named
+    "views (JVM) <part>, committed" and "views (JVM) untracked, resident less committed"."""
     parts: dict[str, float] = {}
     with contextlib.suppress(psutil.Error, KeyError):  # the job may restart meanwhile
         driver = psutil.Process(Supervisor(home).pids()["views"])
@@ -82,12 +125,19 @@ def views_parts(home: Path, *, jvm_detail: bool = False) -> dict[str, float]:
                 jvm = child.name() == "java"
                 name = "views (JVM)" if jvm else "views (Python workers)"
                 parts[name] = parts.get(name, 0.0) + rss
-                if jvm and jvm_detail:
-                    parts |= {f"views (JVM) {part}": mib for part, mib in by_part(child.pid, rss).items()}
+                if jvm and native_memory:
+                    parts |= {_part_name(part): mib for part, mib in by_part(child.pid, rss).items()}
     return parts
 
 
-def native_memory_env() -> dict[str, str]:
-    """The views job's JVM options (as configured) plus native memory tracking, as an override."""
-    options = load_settings().spark.views_java_options
+def _part_name(part: str) -> str:
+    what = "resident less committed" if part == UNTRACKED else "committed"
+    return f"views (JVM) {part}, {what}"
+
+
+def native_memory_env(env: dict[str, str]) -> dict[str, str]:
+    """The views job's JVM options, as the stack started with ``env`` reads them, plus native memory
+    tracking, as an override for that stack."""
+    with mock.patch.dict(os.environ, env):
+        options = load_settings().spark.views_java_options
     return {"TALLY_SPARK__VIEWS_JAVA_OPTIONS": f"{options} {NMT_OPTION}".strip()}
