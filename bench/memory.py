@@ -40,6 +40,7 @@ PARTS = {
     "Code": "code cache",
     "Thread": "threads",
 }
+OTHER = "other tracked"
 UNTRACKED = "untracked"
 _TOTAL = re.compile(r"^Total: reserved=\d+KB, committed=(\d+)KB", re.M)
 _CATEGORY = re.compile(r"^-\s+(.+?) \(reserved=\d+KB, committed=(\d+)KB\)", re.M)
@@ -70,11 +71,9 @@ def parse_summary(text: str) -> dict[str, float] | None:
     total = _TOTAL.search(text)
     if total is None:
         return None
-    parts = {"heap": 0.0, "class metadata": 0.0, "code cache": 0.0, "threads": 0.0, "other tracked": 0.0}
+    parts = dict.fromkeys([*PARTS.values(), OTHER], 0.0)
     for match in _CATEGORY.finditer(text):
-        name, mib = match.group(1).strip(), int(match.group(2)) / 1024
-        part = PARTS.get(name, "other tracked")
-        parts[part] += mib
+        parts[PARTS.get(match.group(1).strip(), OTHER)] += int(match.group(2)) / 1024
     parts["tracked"] = int(total.group(1)) / 1024
     return parts
 
