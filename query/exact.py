@@ -190,21 +190,26 @@ class ExactQuery:
         sql = _Sql()
         keys = [_dimension_sql(d, "visit", query.timezone) for d in query.dimensions]
         where = [_filter_sql(f, sql, "visit", self.goals) for f in query.filters] or ["true"]
-        # The visits' events are joined only when a dimension or filter reads them (a page, a goal, a
-        # property): one read only of the visits' own attributes (country, source, …) counts them alone.
-        source = "numbered e JOIN visits v USING (visitor_id, visit)"
-        if GOAL in query.dimensions:
-            source += f" JOIN goals g ON {_goal_match('e', 'g')}"
-        elif not any(_READS_EVENTS.search(text) for text in (*keys, *where)):
-            source = "visits v"
-        distinct = ", ".join([*(f"{k} AS d{i}" for i, k in enumerate(keys)), "v.visitor_id", "v.visit"])
         dims = ", ".join(f"d{i}" for i in range(len(keys)))
-        text = f"""
-            WITH matching AS (SELECT DISTINCT {distinct} FROM {source} WHERE {" AND ".join(where)})
-            SELECT {dims + "," if dims else ""} count(*) AS visits, count(*) FILTER (WHERE v.pageviews = 1) AS bounces,
-                   coalesce(sum(v.duration_ms), 0) AS duration_ms, coalesce(sum(v.pageviews), 0) AS visit_pageviews
-            FROM matching m JOIN visits v USING (visitor_id, visit) {f"GROUP BY {dims}" if dims else ""}
-        """
+        counted = f"""SELECT {dims + "," if dims else ""} count(*) AS visits,
+                   count(*) FILTER (WHERE v.pageviews = 1) AS bounces,
+                   coalesce(sum(v.duration_ms), 0) AS duration_ms, coalesce(sum(v.pageviews), 0) AS visit_pageviews"""
+        group = f"GROUP BY {dims}" if dims else ""
+        if GOAL not in query.dimensions and not any(_READS_EVENTS.search(text) for text in (*keys, *where)):
+            # Only the visits' own attributes (country, source, …) are read: each row of ``visits`` is
+            # one visit, counted as it is, without the DISTINCT over visitor ids and the join back that
+            # matching events needs (over 200k visits: 2 ms instead of 200).
+            selected = ", ".join([*(f"{k} AS d{i}" for i, k in enumerate(keys)), "v.*"])
+            text = f"{counted} FROM (SELECT {selected} FROM visits v WHERE {' AND '.join(where)}) v {group}"
+        else:  # a visit matches when one of its events does (a page, a goal, a property)
+            source = "numbered e JOIN visits v USING (visitor_id, visit)"
+            if GOAL in query.dimensions:
+                source += f" JOIN goals g ON {_goal_match('e', 'g')}"
+            distinct = ", ".join([*(f"{k} AS d{i}" for i, k in enumerate(keys)), "v.visitor_id", "v.visit"])
+            text = f"""
+                WITH matching AS (SELECT DISTINCT {distinct} FROM {source} WHERE {" AND ".join(where)})
+                {counted} FROM matching m JOIN visits v USING (visitor_id, visit) {group}
+            """
         rows: dict[tuple[str, ...], Row] = {}
         for record in con.execute(text, sql.params).fetchall():
             labels, sums = record[: len(keys)], record[len(keys) :]

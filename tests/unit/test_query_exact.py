@@ -326,6 +326,23 @@ def test_visits_by_their_own_attributes_under_a_filter_on_one_count_the_visits_a
     assert table(answer) == truth
 
 
+def test_visits_by_day_under_a_country_filter_count_each_visit_on_the_day_it_started() -> None:
+    # The dashboard's filtered chart: a time bucket and a filter of the visit's own, no event joined.
+    answer = ask(
+        {"metrics": ["visits", "bounce_rate"], "dimensions": ["time:day"], "filters": [["is", "visit:country", ["DE"]]]}
+    )
+    rows: dict[tuple[str, ...], list[list[dict[str, Any]]]] = defaultdict(list)
+    for visit in sessionise(LIVE):
+        if visit[0]["country"] == "DE":
+            started = dt.datetime.fromtimestamp(visit[0]["event_time"] / 1000, dt.UTC)
+            rows[(started.date().isoformat(),)].append(visit)
+    truth = {
+        day: [len(vs), round(100 * sum(sum(e["type"] == "pageview" for e in v) == 1 for v in vs) / len(vs), 1)]
+        for day, vs in rows.items()
+    }
+    assert truth and table(answer) == truth
+
+
 def test_a_comparison_gives_each_row_the_earlier_figures_and_the_change() -> None:
     halfway = START + dt.timedelta(days=15)
     answer = ask(
