@@ -15,8 +15,9 @@ Figures, per range (today, 7 days, 90 days): the first load of a dashboard proce
 (every server cache cold, and a new browser profile: nothing cached), then warm loads (a new tab of
 the same browser: a new Streamlit session over a warm server). The profile is on disk, as a person's
 browser's is: the HTTP cache and the scripts the browser compiled are kept for the next tab (a
-profile in memory only, a private window's, keeps no compiled scripts: the bare page's warm load
-took about 1.4 s in one against 1.0 s on disk, 2026-11-28; the floor's last row measures it).
+profile in memory only, a private window's, keeps no compiled scripts; the floor is measured in both,
+side by side). Before the first load, the new profile opens the server's health check (plain text,
+nothing the page uses), untimed, so the first load does not also pay for setting the profile up.
 Then, on a warm 7-day page, the range changed in the sidebar (7 → 90 days and back), and on the
 90-day page a country picked in the Country filter (a new country each time, so no answer can be
 cached; the filter is cleared again between samples, untimed).
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urljoin
 
 from bench.dashboard import SITE, dataset
 from bench.report import Figure, print_figures
@@ -66,9 +67,9 @@ METHOD = (
     " from raw events). The floor: the same loads of a bare Streamlit page (`bench/bare_streamlit.py`: a title"
     " and the last line) served with the dashboard's options, first in the same run, also in a profile kept in"
     " memory only (a private window: no compiled scripts kept), as every load was measured before 2026-11-28."
-    " The ranges end today, so"
-    " the live figures refresh every 10 s (`dashboard.refresh_seconds`) during the runs, as on any page a"
-    " person keeps open."
+    " Each new profile first opens the server's health check, untimed (its stores set up, nothing of the page"
+    " cached). The ranges end today, so the live figures refresh every 10 s (`dashboard.refresh_seconds`)"
+    " during the runs, as on any page a person keeps open."
 )
 # Figures of the page before issue 29's changes: (median, min, max) over 3 runs, in ms.
 BEFORE_COMMIT = "d18399a; its runs started 2026-11-26 19:38 UTC"
@@ -223,8 +224,8 @@ def bare_service(settings: Settings) -> Service:
 
 def floor(playwright: Any, settings: Settings, supervisor: Supervisor, runs: int) -> list[Figure]:
     """First and warm loads of the bare Streamlit page (:mod:`bench.bare_streamlit`), timed as the
-    dashboard's; then its warm loads in a profile kept in memory only (a private window), as this
-    benchmark ran them before 2026-11-28: what the browser's own caches are worth on their own."""
+    dashboard's; then the same in a profile kept in memory only (a private window), as this benchmark
+    ran them before 2026-11-28: what the scripts compiled and kept on disk are worth."""
     supervisor.start(bare_service(settings))
     url = f"http://127.0.0.1:{settings.dashboard.port}/"
     try:
@@ -232,21 +233,20 @@ def floor(playwright: Any, settings: Settings, supervisor: Supervisor, runs: int
             first, warm = loads(context, url, runs)
         browser = playwright.chromium.launch(executable_path=chromium.EXECUTABLE, args=list(chromium.ARGS))
         try:
-            in_memory = loads(browser.new_context(viewport=VIEWPORT), url, runs)[1]
+            first_in_memory, in_memory = loads(browser.new_context(viewport=VIEWPORT), url, runs)
         finally:
             browser.close()
     finally:
         supervisor.stop("bare-streamlit")
     note = "bench/bare_streamlit.py under the dashboard's own server options: what any Streamlit page costs"
-    first_load = Figure("bare Streamlit page (the floor), first load", first, "ms", note=note)
+    private = "a private window's profile: no compiled scripts kept (the method before 2026-11-28)"
     return [
-        first_load,
+        Figure("bare Streamlit page (the floor), first load", first, "ms", note=note),
         *spread_figures("bare Streamlit page (the floor), warm", warm),
-        *spread_figures(
-            "bare Streamlit page (the floor), warm, profile in memory only",
-            in_memory,
-            note="a private window's profile: no compiled scripts kept (the method before 2026-11-28)",
+        Figure(
+            "bare Streamlit page (the floor), first load, profile in memory only", first_in_memory, "ms", note=private
         ),
+        *spread_figures("bare Streamlit page (the floor), warm, profile in memory only", in_memory, note=private),
     ]
 
 
@@ -326,8 +326,11 @@ def measure(quick: bool = False, *, events: int | None = None, days: int = 90, r
 
 
 def loads(context: Any, url: str, runs: int) -> tuple[float, list[float]]:
-    """The first load of ``url`` (a new browser profile, a new process), then ``runs`` loads in new tabs."""
+    """The first load of ``url`` (a new browser profile, a new process), then ``runs`` loads in new tabs.
+    Before it, untimed, the profile opens the server's health check: its stores are set up, as in the
+    browser of a person, and nothing the page uses is cached."""
     page = context.new_page()
+    page.goto(urljoin(url, "/_stcore/health"))
     first = timed_load(page, url)
     page.close()
     warm = []

@@ -328,11 +328,24 @@ def test_visits_by_their_own_attributes_under_a_filter_on_one_count_the_visits_a
 
 def test_visits_by_day_under_a_country_filter_count_each_visit_on_the_day_it_started() -> None:
     # The dashboard's filtered chart: a time bucket and a filter of the visit's own, no event joined.
+    # One German visit starts at 23:50 UTC and goes on past midnight: it counts on its first day only.
+    late = int(dt.datetime.combine(START + dt.timedelta(days=3), dt.time(23, 50), dt.UTC).timestamp() * 1000)
+    crossing = [
+        {"site_id": SITE, "visitor_id": "night-owl", "country": "DE", "type": "pageview", "path": path, "is_bot": False}
+        | {"event_time": at, "event_date": dt.datetime.fromtimestamp(at / 1000, dt.UTC).date(), "event_id": f"n{i}"}
+        for i, (path, at) in enumerate([("/", late), ("/pricing", late + 20 * 60_000)])
+    ]
+    events = EVENTS + crossing
     answer = ask(
-        {"metrics": ["visits", "bounce_rate"], "dimensions": ["time:day"], "filters": [["is", "visit:country", ["DE"]]]}
+        {
+            "metrics": ["visits", "bounce_rate"],
+            "dimensions": ["time:day"],
+            "filters": [["is", "visit:country", ["DE"]]],
+        },
+        RawOnly(events),
     )
     rows: dict[tuple[str, ...], list[list[dict[str, Any]]]] = defaultdict(list)
-    for visit in sessionise(LIVE):
+    for visit in sessionise([e for e in events if e["site_id"] == SITE and not e["is_bot"]]):
         if visit[0]["country"] == "DE":
             started = dt.datetime.fromtimestamp(visit[0]["event_time"] / 1000, dt.UTC)
             rows[(started.date().isoformat(),)].append(visit)
@@ -340,7 +353,9 @@ def test_visits_by_day_under_a_country_filter_count_each_visit_on_the_day_it_sta
         day: [len(vs), round(100 * sum(sum(e["type"] == "pageview" for e in v) == 1 for v in vs) / len(vs), 1)]
         for day, vs in rows.items()
     }
-    assert truth and table(answer) == truth
+    night = (START + dt.timedelta(days=3)).isoformat()
+    assert any(v[0]["visitor_id"] == "night-owl" for v in rows[(night,)])
+    assert table(answer) == truth
 
 
 def test_a_comparison_gives_each_row_the_earlier_figures_and_the_change() -> None:
