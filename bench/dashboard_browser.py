@@ -231,7 +231,7 @@ def floor(playwright: Any, settings: Settings, supervisor: Supervisor, runs: int
     try:
         with browser_profile(playwright) as context:
             first, warm = loads(context, url, runs)
-        browser = playwright.chromium.launch(executable_path=chromium.EXECUTABLE, args=list(chromium.ARGS))
+        browser = playwright.chromium.launch(**chromium.launch_options())
         try:
             first_in_memory, in_memory = loads(browser.new_context(viewport=VIEWPORT), url, runs)
         finally:
@@ -255,9 +255,7 @@ def browser_profile(playwright: Any) -> Iterator[Any]:
     """A browser with a new profile on disk, as a person's own (its cache and the scripts it compiled
     are kept for the next tab): every cache cold at the first page, warm after."""
     with tempfile.TemporaryDirectory(prefix="tally-bench-profile-") as profile:
-        context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=chromium.EXECUTABLE, args=list(chromium.ARGS), viewport=VIEWPORT
-        )
+        context = playwright.chromium.launch_persistent_context(profile, viewport=VIEWPORT, **chromium.launch_options())
         try:
             yield context
         finally:

@@ -5,6 +5,8 @@ own traffic (sync, updates, QUIC probes) beside the page's."""
 
 from __future__ import annotations
 
+from typing import Any
+
 EXECUTABLE = "/usr/bin/chromium"
 ARGS = (
     "--no-sandbox",
@@ -15,3 +17,9 @@ ARGS = (
     "--disable-background-networking",
     "--disable-component-update",
 )
+
+
+def launch_options() -> dict[str, Any]:
+    """Playwright's keyword arguments to launch this Chromium with :data:`ARGS` (``chromium.launch``,
+    ``chromium.launch_persistent_context``)."""
+    return {"executable_path": EXECUTABLE, "args": list(ARGS)}

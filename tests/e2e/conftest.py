@@ -58,6 +58,6 @@ def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=chromium.EXECUTABLE, args=list(chromium.ARGS))
+        launched = p.chromium.launch(**chromium.launch_options())
         yield launched
         launched.close()
