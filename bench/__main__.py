@@ -2,7 +2,7 @@
 
 ``--only NAME`` runs one benchmark (repeatable) and keeps the others' kept runs; ``--quick``
 shortens every run (the file then says so). The soak runs only when named (``--only soak``,
-``make bench-soak``): it takes 30 minutes. The interface a benchmark follows is in bench/report.py.
+``make bench-soak``): it takes 30 minutes (``--soak-minutes``). The interface a benchmark follows is in bench/report.py.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ BENCHMARKS = [
         soak.measure,
         f"{PY} bench.soak",
         runs=1,
-        note=soak.NOTE,
+        note=soak.note(),
     ),
 ]
 BENCHMARKS.append(
@@ -188,6 +188,11 @@ def main(argv: list[str] | None = None) -> None:
         "--soak-rate", type=float, help="the soak's events/s (default: half of the peak its own ramp measures)"
     )
     parser.add_argument(
+        "--soak-minutes",
+        type=float,
+        help=f"how long the soak runs (default {soak.MINUTES:g}; its slopes are fitted over the second half)",
+    )
+    parser.add_argument(
         "--dashboard-events",
         type=int,
         help="events in the dashboard's data set (default 10M over 90 days; a smaller one builds sooner)",
@@ -215,11 +220,16 @@ def main(argv: list[str] | None = None) -> None:
             measure=functools.partial(api.measure, events=args.dashboard_events),
             command=f"{PY} bench.api --events {args.dashboard_events}",
         )
-    if args.soak_rate:
+    if args.soak_rate or args.soak_minutes:
+        minutes = args.soak_minutes or soak.MINUTES
         BY_NAME["soak"] = dataclasses.replace(
             BY_NAME["soak"],
-            measure=functools.partial(soak.measure, rate=args.soak_rate),
-            command=f"{PY} bench.soak --rate {args.soak_rate:g}",
+            title=BY_NAME["soak"].title.replace(f"{soak.MINUTES:g} minutes", f"{minutes:g} minutes"),
+            measure=functools.partial(soak.measure, rate=args.soak_rate, minutes=minutes),
+            command=f"{PY} bench.soak"
+            + (f" --rate {args.soak_rate:g}" if args.soak_rate else "")
+            + (f" --minutes {minutes:g}" if args.soak_minutes else ""),
+            note=soak.note(minutes),
         )
     setup_logging()
     chosen = args.only or [b.name for b in BENCHMARKS if b.name not in ON_REQUEST]

@@ -1,5 +1,5 @@
 """Soak: the whole stack (broker, ingest, archiver, views, dashboard) under half of peak ingest rate
-for 30 minutes, sampling each process's resident memory (with its children) every 10 s.
+for 30 minutes (``--minutes``), sampling each process's resident memory (with its children) every 10 s.
 
 Peak is measured first, on this same running stack, with bench.ingest's ramp (open loop; every
 request 2xx and p99 < 100 ms), unless ``--rate`` gives the soak rate. The verdict per process
@@ -46,8 +46,16 @@ NMT_EVERY = 6  # samples: the views JVM's parts (jcmd) once a minute
 PROBE_EVERY_S = 5.0  # a beacon with a page path of its own this often, watched for in agg.traffic_1m
 WATCH_EVERY_S = 1.0
 SERIES = PROJECT_ROOT / "bench" / "soak-memory.csv"
-NOTE = (
-    "One run (30 minutes). Rate: given with --rate, or half of the peak that bench.ingest's ramp sustained"
+MINUTES = 30.0  # a soak's length unless given (bench --soak-minutes, bench.soak --minutes)
+
+
+def note(minutes: float = MINUTES) -> str:
+    """The soak's method, for BENCHMARKS.md."""
+    return f"One run ({minutes:g} minutes). " + _METHOD
+
+
+_METHOD = (
+    "Rate: given with --rate, or half of the peak that bench.ingest's ramp sustained"
     " on this same running stack just before the soak. Slope: least squares over the second half, after"
     " warm-up; flat = under 5% of the process's size (or 10 MiB) per hour. The views job is also shown by"
     " part (its Python driver, the Spark JVM, the Python workers the JVM starts; resident sizes summed, so"
@@ -134,7 +142,7 @@ def measure(
     quick: bool = False, *, minutes: float | None = None, rate: float | None = None, native_memory: bool = False
 ) -> list[Figure]:
     """One soak run on a private stack; the figures are slopes, sizes, latency and the leak scan."""
-    minutes = minutes or (3.0 if quick else 30.0)
+    minutes = minutes or (3.0 if quick else MINUTES)
     home = Path(tempfile.mkdtemp(prefix="tally-bench-soak-"))
     env = stack_env(home) | {
         "TALLY_ENV": "",
