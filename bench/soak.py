@@ -16,17 +16,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import json
+import multiprocessing
 import shutil
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import httpx
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
@@ -59,27 +64,37 @@ _METHOD = (
     " on this same running stack just before the soak. Slope: least squares over the second half, after"
     " warm-up; flat = under 5% of the process's size (or 10 MiB) per hour. The views job is also shown by"
     " part (its Python driver, the Spark JVM, the Python workers the JVM starts; resident sizes summed, so"
-    " pages the forked workers share are counted in each). Views latency: a page view with its own path"
+    " pages the forked workers share are counted in each). The load generator runs in a process of its own,"
+    " apart from the bench's samplers and probes. Views latency: a page view with its own path"
     " every 5 s among the soak's, watched for in agg.traffic_1m's new files every second."
     " Samples: `bench/soak-memory.csv`."
 )
 
 
+def beacon(port: int, salt: int, i: int) -> bytes:
+    """The ``i``-th request: one page view, from a small set of known client IPs."""
+    now = int(time.time() * 1000)
+    site = "demo.tally.local"
+    body = {"id": str(uuid.uuid4()), "s": site, "u": f"https://{site}/soak/{i % 40}", "te": now, "ts": now}
+    headers = {
+        "Content-Type": "text/plain",
+        "User-Agent": f"Mozilla/5.0 (X11; Linux x86_64; rv:{100 + (salt + i) % 40}.0) Firefox/{100 + i % 40}.0",
+        "X-Forwarded-For": CLIENT_IPS[i % len(CLIENT_IPS)],
+    }
+    return http_post("/api/event", port, json.dumps(body).encode(), headers)
+
+
 def beacons(port: int, salt: int) -> Callable[[int], bytes]:
-    """Open-loop request maker: one page view each, from a small set of known client IPs."""
+    """Open-loop request maker (a partial of a module-level function: it can be sent to the client's process)."""
+    return functools.partial(beacon, port, salt)
 
-    def make(i: int) -> bytes:
-        now = int(time.time() * 1000)
-        site = "demo.tally.local"
-        body = {"id": str(uuid.uuid4()), "s": site, "u": f"https://{site}/soak/{i % 40}", "te": now, "ts": now}
-        headers = {
-            "Content-Type": "text/plain",
-            "User-Agent": f"Mozilla/5.0 (X11; Linux x86_64; rv:{100 + (salt + i) % 40}.0) Firefox/{100 + i % 40}.0",
-            "X-Forwarded-For": CLIENT_IPS[i % len(CLIENT_IPS)],
-        }
-        return http_post("/api/event", port, json.dumps(body).encode(), headers)
 
-    return make
+def load_client() -> ProcessPoolExecutor:
+    """The process the soak's load generator runs in, apart from the bench's own threads (the
+    samplers and the probes' watcher, which reads Delta files every second): sharing their GIL, the
+    generator's sends and the timing of their answers would wait on them, and that wait would be
+    counted as ingest's latency. bench.ingest's ramp runs its generator alone in its process too."""
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
 
 def send_probes(port: int, stop: threading.Event, sent: dict[str, float]) -> None:
@@ -110,12 +125,16 @@ def watch_probes(uri: str, stop: threading.Event, seen: dict[str, float]) -> Non
         with contextlib.suppress(Exception):  # no table before the first batch; a file vacuumed meanwhile
             added = DeltaTable(uri).get_add_actions(flatten=True)
             for path in set(added.column("path").to_pylist()) - read:
-                rows = pq.read_table(f"{uri}/{path}", columns=["dimension", "value"]).to_pylist()
-                now = time.monotonic()
-                for row in rows:
-                    if row["dimension"] == "page" and row["value"].startswith("/probe/"):
-                        seen.setdefault(row["value"], now)
+                for value in probe_paths(pq.read_table(f"{uri}/{path}", columns=["dimension", "value"])):
+                    seen.setdefault(value, time.monotonic())
                 read.add(path)
+
+
+def probe_paths(rows: pa.Table) -> list[str]:
+    """The probes' page paths among a file's rows, picked out by Arrow (no Python loop over the rows)."""
+    values = rows.column("value")
+    chosen = pc.and_(pc.equal(rows.column("dimension"), "page"), pc.starts_with(values, "/probe/"))
+    return [str(v) for v in values.filter(chosen).to_pylist()]
 
 
 def _sample(
@@ -158,6 +177,7 @@ def measure(
     sent: dict[str, float] = {}
     seen: dict[str, float] = {}
     stop = threading.Event()
+    client = load_client()
     try:  # `tally down` also when `tally up` failed or was interrupted half-way
         up = tally(env, "up")
         if up.returncode != 0:
@@ -171,6 +191,7 @@ def measure(
         soak_rate = rate or peak / 2
         how = "given with --rate" if rate else f"half of the {peak:,.0f}/s peak measured on this stack"
         print(f"soak: {soak_rate:,.0f} events/s ({how}) for {minutes:g} min", flush=True)
+        client.submit(int).result()  # the client's process started (and its imports done) before the clock
         started = time.monotonic()
         sampler = threading.Thread(target=_sample, args=(home, started, stop, rows, native_memory), daemon=True)
         sampler.start()
@@ -184,7 +205,8 @@ def measure(
         latencies, errors, answered, segment = [], 0, 0, 0
         while time.monotonic() - started < minutes * 60:
             seconds = min(60.0, minutes * 60 - (time.monotonic() - started))
-            run: Run = run_open_loop(port, beacons(port, segment * 10**7), rate=soak_rate, seconds=seconds)
+            make = beacons(port, segment * 10**7)
+            run: Run = client.submit(run_open_loop, port, make, rate=soak_rate, seconds=seconds).result()
             latencies += run.latencies_ms
             errors += run.errors
             answered += sum(n for status, n in run.statuses.items() if status == 202)
@@ -203,6 +225,7 @@ def measure(
         print(f"leak scan: {scan.summary()}", flush=True)
     finally:
         stop.set()
+        client.shutdown(cancel_futures=True)
         tally(env, "down")
     figures = _figures(rows, soak_rate, how, latencies, errors, answered, scan.leaks, len(scan.chance))
     return figures + _view_latency(sent, seen, second_half=started + minutes * 30)

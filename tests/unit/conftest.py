@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,3 +44,45 @@ def scan_reads(monkeypatch: pytest.MonkeyPatch) -> list[PreparedScan]:
 
     monkeypatch.setattr(PreparedScan, "read", classmethod(counting))
     return built
+
+
+DELAY_S = 0.05
+RESPONSE = b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\n{}"
+
+
+async def _serve(ready: threading.Event, port_box: list[int], stop: asyncio.Event) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+                await reader.readexactly(length)
+                await asyncio.sleep(DELAY_S)
+                writer.write(RESPONSE)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port_box.append(server.sockets[0].getsockname()[1])
+    ready.set()
+    async with server:
+        await stop.wait()
+
+
+@pytest.fixture
+def slow_server() -> Iterator[int]:
+    """A loopback HTTP server that answers every request 202 after DELAY_S; its port."""
+    loop = asyncio.new_event_loop()
+    ready, port_box = threading.Event(), list[int]()
+    stop = asyncio.Event()
+    thread = threading.Thread(target=loop.run_until_complete, args=(_serve(ready, port_box, stop),), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    yield port_box[0]
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(10)

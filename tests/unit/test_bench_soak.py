@@ -2,15 +2,18 @@
 resident size adds up."""
 
 import math
+import os
 import subprocess
 import sys
 import time
 
 import psutil
+import pyarrow as pa
 import pytest
 
+from bench.loadgen import run_open_loop
 from bench.memory import memory_verdict, slope_mib_per_hour
-from bench.soak import _view_latency, latency_by_minute
+from bench.soak import _view_latency, beacons, latency_by_minute, load_client, probe_paths
 from bench.stack import is_jvm_fork, members
 
 
@@ -104,3 +107,23 @@ def test_a_services_forked_python_children_count_in_its_resident_size() -> None:
             child.kill()
         parent.kill()
         parent.wait()
+
+
+def test_the_soaks_load_generator_sends_its_beacons_from_a_process_of_its_own(slow_server: int) -> None:
+    # Not in the bench's process: the samplers and the probes' watcher would hold its GIL.
+    with load_client() as client:
+        pid = client.submit(os.getpid).result()
+        run = client.submit(run_open_loop, slow_server, beacons(slow_server, 0), rate=50, seconds=0.4).result()
+    assert pid != os.getpid()
+    assert run.statuses == {202: 20} and run.errors == 0
+    assert min(run.latencies_ms) >= 50, "each answer came after the server's delay: they are timed in that process"
+
+
+def test_the_watcher_picks_out_the_probes_pages_only() -> None:
+    rows = pa.table(
+        {
+            "dimension": ["page", "page", "referrer", "page", "country"],
+            "value": ["/probe/abc", "/soak/3", "/probe/not-a-page", "/probe/def", None],
+        }
+    )
+    assert probe_paths(rows) == ["/probe/abc", "/probe/def"]

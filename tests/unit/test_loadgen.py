@@ -1,60 +1,16 @@
 """bench.loadgen against a slow loopback server: the client must stay open-loop.
 
-A server that answers after 50 ms can serve ``connections / 0.05`` requests per second over a
-fixed pool. The generator must open more connections rather than hold requests back, or its
-"peak" would measure its own pool, not the server.
+A server that answers after 50 ms (``slow_server``, tests/unit/conftest.py) can serve
+``connections / 0.05`` requests per second over a fixed pool. The generator must open more
+connections rather than hold requests back, or its "peak" would measure its own pool, not the server.
 """
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import threading
-from collections.abc import Callable, Iterator
-
-import pytest
+from collections.abc import Callable
 
 from bench.loadgen import Run, http_post, run_open_loop, sustained
-
-DELAY_S = 0.05
-RESPONSE = b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\n{}"
-
-
-async def _serve(ready: threading.Event, port_box: list[int], stop: asyncio.Event) -> None:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length")
-                )
-                await reader.readexactly(length)
-                await asyncio.sleep(DELAY_S)
-                writer.write(RESPONSE)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port_box.append(server.sockets[0].getsockname()[1])
-    ready.set()
-    async with server:
-        await stop.wait()
-
-
-@pytest.fixture
-def slow_server() -> Iterator[int]:
-    loop = asyncio.new_event_loop()
-    ready, port_box = threading.Event(), list[int]()
-    stop = asyncio.Event()
-    thread = threading.Thread(target=loop.run_until_complete, args=(_serve(ready, port_box, stop),), daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    yield port_box[0]
-    loop.call_soon_threadsafe(stop.set)
-    thread.join(10)
 
 
 def _request(port: int) -> Callable[[int], bytes]:
