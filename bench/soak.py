@@ -202,12 +202,14 @@ def measure(
         ]
         for probe in probes:
             probe.start()
-        latencies, errors, answered, segment = [], 0, 0, 0
+        latencies, late, errors, answered, segment = [], [], 0, 0, 0
         while time.monotonic() - started < minutes * 60:
             seconds = min(60.0, minutes * 60 - (time.monotonic() - started))
+            in_second_half = time.monotonic() - started >= minutes * 30
             make = beacons(port, segment * 10**7)
             run: Run = client.submit(run_open_loop, port, make, rate=soak_rate, seconds=seconds).result()
             latencies += run.latencies_ms
+            late += run.latencies_ms if in_second_half else []
             errors += run.errors
             answered += sum(n for status, n in run.statuses.items() if status == 202)
             segment += 1
@@ -227,7 +229,7 @@ def measure(
         stop.set()
         client.shutdown(cancel_futures=True)
         tally(env, "down")
-    figures = _figures(rows, soak_rate, how, latencies, errors, answered, scan.leaks, len(scan.chance))
+    figures = _figures(rows, soak_rate, how, (latencies, late), errors, answered, scan.leaks, len(scan.chance))
     return figures + _view_latency(sent, seen, second_half=started + minutes * 30)
 
 
@@ -287,25 +289,32 @@ def _view_latency(sent: dict[str, float], seen: dict[str, float], second_half: f
     return figures
 
 
+def _p99(latencies: list[float]) -> float:
+    ordered = sorted(latencies)
+    return ordered[int(0.99 * (len(ordered) - 1))] if ordered else float("nan")
+
+
 def _figures(
     rows: list[tuple[float, str, float]],
     rate: float,
     how: str,
-    latencies: list[float],
+    latencies: tuple[list[float], list[float]],
     errors: int,
     answered: int,
     leaks: list[Match],
     chance: int,
 ) -> list[Figure]:
-    ordered = sorted(latencies)
+    """``latencies``: ingest's over the whole soak, and over the minutes of its second half."""
+    whole, late = latencies
     figures = [
         Figure("soak rate", rate, "events/s", note=how),
         Figure("events accepted (202)", answered, "events", note=f"{errors} request errors"),
+        Figure("ingest p99 over the soak", _p99(whole), "ms", goal="≤ 25 ms"),
         Figure(
-            "ingest p99 over the soak",
-            ordered[int(0.99 * (len(ordered) - 1))] if ordered else float("nan"),
+            "ingest p99, second half of the soak",
+            _p99(late),
             "ms",
-            goal="≤ 25 ms",
+            note="the minutes after warm-up (the views job's start and JIT), as the memory slopes",
         ),
     ]
     for name in sorted({n for _, n, _ in rows}):
