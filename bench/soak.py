@@ -92,7 +92,7 @@ def beacons(port: int, salt: int) -> Callable[[int], bytes]:
 def load_client() -> ProcessPoolExecutor:
     """The process the soak's load generator runs in, apart from the bench's own threads (the
     samplers and the probes' watcher, which reads Delta files every second): sharing their GIL, the
-    generator's sends and the timing of their answers would wait on them, and that wait would be
+    generator's sends and the timing of their answers can wait on them, and that wait would be
     counted as ingest's latency. bench.ingest's ramp runs its generator alone in its process too."""
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
