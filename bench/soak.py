@@ -191,7 +191,7 @@ def measure(
         soak_rate = rate or peak / 2
         how = "given with --rate" if rate else f"half of the {peak:,.0f}/s peak measured on this stack"
         print(f"soak: {soak_rate:,.0f} events/s ({how}) for {minutes:g} min", flush=True)
-        client.submit(int).result()  # the client's process started (and its imports done) before the clock
+        client.submit(beacons(port, 0), 0).result()  # its process started, bench.soak imported, before the clock
         started = time.monotonic()
         sampler = threading.Thread(target=_sample, args=(home, started, stop, rows, native_memory), daemon=True)
         sampler.start()
@@ -205,11 +205,11 @@ def measure(
         latencies, late, errors, answered, segment = [], [], 0, 0, 0
         while time.monotonic() - started < minutes * 60:
             seconds = min(60.0, minutes * 60 - (time.monotonic() - started))
-            in_second_half = time.monotonic() - started >= minutes * 30
+            late_segment = in_second_half(time.monotonic() - started, minutes)
             make = beacons(port, segment * 10**7)
             run: Run = client.submit(run_open_loop, port, make, rate=soak_rate, seconds=seconds).result()
             latencies += run.latencies_ms
-            late += run.latencies_ms if in_second_half else []
+            late += run.latencies_ms if late_segment else []
             errors += run.errors
             answered += sum(n for status, n in run.statuses.items() if status == 202)
             segment += 1
@@ -227,10 +227,17 @@ def measure(
         print(f"leak scan: {scan.summary()}", flush=True)
     finally:
         stop.set()
-        client.shutdown(cancel_futures=True)
-        tally(env, "down")
+        try:  # the stack first: the client may still be in a segment, which ends by itself within a minute
+            tally(env, "down")
+        finally:
+            client.shutdown(cancel_futures=True)
     figures = _figures(rows, soak_rate, how, (latencies, late), errors, answered, scan.leaks, len(scan.chance))
     return figures + _view_latency(sent, seen, second_half=started + minutes * 30)
+
+
+def in_second_half(elapsed_s: float, minutes: float) -> bool:
+    """Whether a segment starting ``elapsed_s`` into the soak belongs to its second half (after warm-up)."""
+    return elapsed_s >= minutes * 30
 
 
 def latency_by_minute(sent: dict[str, float], seen: dict[str, float], started: float) -> list[str]:
