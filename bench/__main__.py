@@ -115,7 +115,7 @@ BENCHMARKS = [
     ),
     Benchmark(
         "soak",
-        f"Soak: {soak.MINUTES:g} minutes at half of peak ingest rate, resident memory over time",
+        soak.title(),
         soak.measure,
         f"{PY} bench.soak",
         runs=1,
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         minutes = args.soak_minutes or soak.MINUTES  # for the title and note; measure picks a --quick run's own
         BY_NAME["soak"] = dataclasses.replace(
             BY_NAME["soak"],
-            title=BY_NAME["soak"].title.replace(f"{soak.MINUTES:g} minutes", f"{minutes:g} minutes"),
+            title=soak.title(minutes),
             measure=functools.partial(soak.measure, rate=args.soak_rate, minutes=args.soak_minutes),
             command=f"{PY} bench.soak"
             + (f" --rate {args.soak_rate:g}" if args.soak_rate else "")

@@ -54,6 +54,11 @@ SERIES = PROJECT_ROOT / "bench" / "soak-memory.csv"
 MINUTES = 30.0  # a soak's length unless given (bench --soak-minutes, bench.soak --minutes)
 
 
+def title(minutes: float = MINUTES) -> str:
+    """The soak's heading in BENCHMARKS.md."""
+    return f"Soak: {minutes:g} minutes at half of peak ingest rate, resident memory over time"
+
+
 def note(minutes: float = MINUTES) -> str:
     """The soak's method, for BENCHMARKS.md."""
     return f"One run ({minutes:g} minutes). " + _METHOD
