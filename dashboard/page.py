@@ -279,7 +279,7 @@ def show(
             (report, previous) if first_run[0] else page_reports(settings, ask, sources, view, days, today)[:2]
         )
         first_run[0] = False
-        panels.realtime(ask.agg, view.site, now)
+        live = panels.realtime(ask.agg, view.site, now)
         current, series = figures(shown, view, days, today, grain, zone)
         before_totals, before_series = (
             figures(before, view, previous_days, today, grain, zone) if before else (None, None)
@@ -289,7 +289,7 @@ def show(
                 "No page views in this range yet. Start traffic with `tally traffic`, or embed the snippet shown by "
                 "`tally up` in a page of this site. Views update every few seconds."
             )
-        panels.kpis(current, before_totals, shown.exact, meaning)
+        panels.kpis(current, before_totals, shown.exact, meaning, live=live)
         notes = annotations_for(settings, view.site, days.start, days.end)
         panels.time_series(series, before_series, grain, notes, timezone=zone)
         data_age(health.newest_window(ask, view.site, now.date()).result(), now, refresh, zone)

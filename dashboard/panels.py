@@ -1,8 +1,9 @@
 """The report panels: realtime, KPIs, time series, top tables, goals, custom properties, funnel,
 performance, health.
 
-Attacker-controlled text (URLs, referrers, event names) is only ever shown inside tables and
-charts, which Streamlit renders as text; never in Markdown or HTML.
+Figures and tables are drawn as HTML (:mod:`dashboard.markup`: one element per panel, not one per
+figure), which escapes every text: attacker-controlled text (URLs, referrers, event names) is shown
+as text, in those tables and in charts; never in Markdown.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from dashboard import markup
 from dashboard.answers import AnsweredReport, AnsweredVitals
 from dashboard.export import safe_csv
 from dashboard.health import HealthFigures
+from dashboard.markup import Card
 from dashboard.view import View
 from query import freshness
 from query.aggregates import AggregateReport, Aggregates, Range, Totals, realtime_visitors
@@ -77,46 +80,59 @@ def ask_ahead(
         raw.ask("funnel", view.funnel)
 
 
-def realtime(agg: Aggregates, site_id: str, now: dt.datetime) -> None:
+def realtime(agg: Aggregates, site_id: str, now: dt.datetime) -> Card:
+    """The visitors of the last 5 minutes, as the first headline figure."""
     estimate = realtime_visitors(agg, site_id, now)
     shown = estimate.label() if estimate else "0"
-    st.metric("Visitors in the last 5 minutes", shown, help="Hopping 5-minute window (agg.active_5m), HLL sketch.")
+    return Card("Visitors in the last 5 minutes", shown, help="Hopping 5-minute window (agg.active_5m), HLL sketch.")
 
 
-def kpis(current: Totals, previous: Totals | None, exact: bool, meaning: str) -> None:
-    """Six KPIs, each with its change versus the previous period; ``meaning`` says what "visitors"
-    counts over the range (:func:`tally.salt_periods.visitors_meaning`), shown under them."""
+VISITORS_HELP = {
+    True: "Exact distinct visitor ids (drill-down).",
+    False: "HLL union over the range; ± is the 95% bound.",
+}
+
+
+def kpi_cards(current: Totals, previous: Totals | None, exact: bool) -> list[Card]:
+    """Six KPIs, each with its change versus the previous period."""
     before = previous
-    cells = [*st.columns(3), *st.columns(3)]  # two rows: the ± bounds need the width
-    cells[0].metric(
-        "Unique visitors" + ("" if exact else " (≈)"),
-        visitors_text(current.visitors, exact),
-        _change(current.visitors.value, before.visitors.value if before else None),
-        help="Exact distinct visitor ids (drill-down)." if exact else "HLL union over the range; ± is the 95% bound.",
-    )
-    cells[1].metric(
-        "Page views", f"{current.pageviews:,}", _change(current.pageviews, before.pageviews if before else None)
-    )
-    cells[2].metric("Visits", f"{current.visits:,}", _change(current.visits, before.visits if before else None))
     rate = current.bounce_rate
-    cells[3].metric(
-        "Bounce rate",
-        f"{rate:.0%}" if rate is not None else "–",
-        _change(rate, before.bounce_rate if before else None),
-        delta_color="inverse",
-    )
-    cells[4].metric(
-        "Visit duration",
-        _fmt_duration(current.avg_duration_s),
-        _change(current.avg_duration_s, before.avg_duration_s if before else None),
-    )
     per_visit = current.views_per_visit
-    cells[5].metric(
-        "Views per visit",
-        f"{per_visit:.2f}" if per_visit is not None else "–",
-        _change(per_visit, before.views_per_visit if before else None),
-    )
-    st.caption(f"Visitors here are {meaning}.")
+    return [
+        Card(
+            "Unique visitors" + ("" if exact else " (≈)"),
+            visitors_text(current.visitors, exact),
+            _change(current.visitors.value, before.visitors.value if before else None),
+            help=VISITORS_HELP[exact],
+        ),
+        Card("Page views", f"{current.pageviews:,}", _change(current.pageviews, before.pageviews if before else None)),
+        Card("Visits", f"{current.visits:,}", _change(current.visits, before.visits if before else None)),
+        Card(
+            "Bounce rate",
+            f"{rate:.0%}" if rate is not None else "–",
+            _change(rate, before.bounce_rate if before else None),
+            inverse=True,
+        ),
+        Card(
+            "Visit duration",
+            _fmt_duration(current.avg_duration_s),
+            _change(current.avg_duration_s, before.avg_duration_s if before else None),
+        ),
+        Card(
+            "Views per visit",
+            f"{per_visit:.2f}" if per_visit is not None else "–",
+            _change(per_visit, before.views_per_visit if before else None),
+        ),
+    ]
+
+
+def kpis(current: Totals, previous: Totals | None, exact: bool, meaning: str, *, live: Card | None = None) -> None:
+    """The realtime visitors (``live``), then six KPIs in two rows of three (the ± bounds need the width);
+    ``meaning`` says what "visitors" counts over the range (:func:`tally.salt_periods.visitors_meaning`)."""
+    parts = [markup.cards([live], per_row=3)] if live is not None else []
+    parts += [markup.cards(kpi_cards(current, previous, exact), per_row=3)]
+    parts.append(markup.note(f"Visitors here are {meaning}."))
+    st.html(markup.block(*parts))
 
 
 def wall_clock(times: pd.Series, timezone: str) -> pd.Series:
@@ -171,11 +187,11 @@ def time_series(
     st.altair_chart(alt.layer(*layers).properties(height=320), width="stretch")
 
 
-def csv_button(frame: pd.DataFrame, name: str) -> None:
+def csv_button(frame: pd.DataFrame, name: str, title: str = "") -> None:
     """The CSV download of a panel's table (formula-safe). The file is made when the button is clicked,
     not on every page run (a page has a dozen tables), and the click does not rerun the page."""
     st.download_button(
-        "CSV",
+        f"{title} (CSV)" if title else "CSV",
         functools.partial(safe_csv, frame),
         file_name=f"{name}.csv",
         mime="text/csv",
@@ -184,18 +200,21 @@ def csv_button(frame: pd.DataFrame, name: str) -> None:
     )
 
 
-def table(title: str, frame: pd.DataFrame, key: str, *, exact: bool, value_label: str) -> None:
-    """A ranked table with a CSV download (formula-safe)."""
-    st.markdown(f"**{title}**")
-    if frame.empty:
-        st.caption("No data in this range.")
-        return
+def shown_table(frame: pd.DataFrame, *, exact: bool, value_label: str) -> pd.DataFrame:
+    """A ranked table as shown (and exported): its value column named, an estimate's bound in the
+    visitors column's name."""
     shown = frame.rename(columns={"value": value_label}).drop(columns=["visitors_bound"], errors="ignore")
     if "visitors" in shown and not exact:
         bound = frame["visitors_bound"].max() if "visitors_bound" in frame else 0
         shown = shown.rename(columns={"visitors": f"Visitors (≈ ±{bound:.1%})"})
-    st.dataframe(shown, hide_index=True, width="stretch")
-    csv_button(shown, key)
+    return shown
+
+
+def table_html(title: str, shown: pd.DataFrame, key: str, *, percent: tuple[str, ...] = ()) -> str:
+    """A titled table, or the title and "No data in this range."."""
+    if shown.empty:
+        return markup.titled(title, markup.note("No data in this range."))
+    return markup.titled(title, markup.table(shown, name=key, percent=percent))
 
 
 def events_and_goals(report: Report, totals: Totals, goals: tuple[Step, ...]) -> None:
@@ -205,25 +224,27 @@ def events_and_goals(report: Report, totals: Totals, goals: tuple[Step, ...]) ->
     total = totals.visitors.value
     if not events.empty:
         events = events.drop(columns=["pageviews"]).assign(conversion_rate=events["visitors"] / total if total else 0.0)
-    table("Custom events", events, "events", exact=report.exact, value_label="Event")
-    if not goals:
-        st.caption("Add goals (a page or a custom event) in the sidebar to see their conversion rates.")
-        return
-    rows = []
-    for goal in goals:
-        reached = report.goal(goal)
-        rate = reached.value / total if total else 0.0
-        rows.append({"Goal": str(goal), "Visitors": visitors_text(reached, report.exact), "Conversion rate": rate})
-    frame = pd.DataFrame(rows)
-    st.dataframe(
-        frame,
-        hide_index=True,
-        width="stretch",
-        column_config={"Conversion rate": st.column_config.NumberColumn(format="percent")},
-    )
-    csv_button(frame, "goals")
-    if not report.exact:
-        st.caption("Conversion rate = ≈ goal visitors / ≈ all visitors (both HLL estimates).")
+    shown = shown_table(events, exact=report.exact, value_label="Event")
+    parts = [table_html("Custom events", shown, "events", percent=("conversion_rate",))]
+    frame = pd.DataFrame()
+    if goals:
+        rows = []
+        for goal in goals:
+            reached = report.goal(goal)
+            rate = reached.value / total if total else 0.0
+            rows.append({"Goal": str(goal), "Visitors": visitors_text(reached, report.exact), "Conversion rate": rate})
+        frame = pd.DataFrame(rows)
+        parts.append(table_html("Goals", frame, "goals", percent=("Conversion rate",)))
+        if not report.exact:
+            parts.append(markup.note("Conversion rate = ≈ goal visitors / ≈ all visitors (both HLL estimates)."))
+    else:
+        parts.append(markup.note("Add goals (a page or a custom event) in the sidebar to see their conversion rates."))
+    st.html(markup.block(*parts))
+    downloads = [(shown, "events", "Custom events"), (frame, "goals", "Goals")]
+    for (data, key, title), column in zip(downloads, st.columns(2) if goals else [st.container()], strict=False):
+        if not data.empty:
+            with column:
+                csv_button(data, key, title)
 
 
 EVERY_EVENT = "(every event)"
@@ -249,11 +270,14 @@ def custom_properties(report: AggregateReport | ZonedReport | AnsweredReport, *,
     choices = list(of_name.groupby("key")["events"].sum().sort_values(ascending=False).index)
     key = right.selectbox("Property", choices, key="props_key")
     frame = report.props(str(key), limit=20, name=None if name == EVERY_EVENT else str(name))
-    table("Property values", frame, "props", exact=False, value_label="Value")
-    st.caption(
+    shown = shown_table(frame, exact=False, value_label="Value")
+    explained = markup.note(
         f"Per day, the {MAX_KEYS_PER_DAY} properties sent with the most events; for each event and property, the"
         f" {MAX_VALUES_PER_KEY} values with the most events, the rest shown as {OTHER_VALUE}. ≈ visitors: HLL union."
     )
+    st.html(markup.block(table_html("Property values", shown, "props"), explained))
+    if not shown.empty:
+        csv_button(shown, "props", "Property values")
 
 
 def funnel(raw_report: Report | None, steps: tuple[Step, ...]) -> None:
@@ -263,16 +287,14 @@ def funnel(raw_report: Report | None, steps: tuple[Step, ...]) -> None:
         return
     assert raw_report is not None and hasattr(raw_report, "funnel")
     frame = raw_report.funnel(steps)
-    st.dataframe(
-        frame.rename(
-            columns={"step": "Step", "visitors": "Visitors", "of_first_step": "Of step 1", "dropped": "Dropped"}
-        ),
-        hide_index=True,
-        width="stretch",
-        column_config={"Of step 1": st.column_config.NumberColumn(format="percent")},
+    shown = frame.rename(
+        columns={"step": "Step", "visitors": "Visitors", "of_first_step": "Of step 1", "dropped": "Dropped"}
     )
-    csv_button(frame, "funnel")
-    st.caption("Exact, from raw events of the range (drill-down): each step must come after the previous one.")
+    explained = markup.note(
+        "Exact, from raw events of the range (drill-down): each step must come after the previous one."
+    )
+    st.html(markup.block(markup.table(shown, name="funnel", percent=("Of step 1",)), explained))
+    csv_button(frame, "funnel", "Funnel")
 
 
 def performance(totals: Totals, exact: bool) -> None:
@@ -289,22 +311,21 @@ def performance(totals: Totals, exact: bool) -> None:
     if not rows:
         st.caption("No engagement or load times in this range.")
         return
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    st.caption(
+    explained = markup.note(
         "Exact percentiles (drill-down)." if exact else "≈ percentiles from merged t-digests (rank error ≲ 0.5%)."
     )
+    st.html(markup.block(markup.table(pd.DataFrame(rows), name="performance"), explained))
 
 
 def data_health(settings: Settings, figures: HealthFigures, *, every_site: bool) -> None:
     """Freshness and this site's audit for everyone; whole-instance figures only when ``every_site``
-    (``figures`` holds them only then: :func:`dashboard.health.start`)."""
+    (``figures`` holds them only then: :func:`dashboard.health.start`). Alerts are drawn above the figures."""
     st.subheader("Data health")
-    cells = st.columns(3)
     now = figures.now
     limit = dt.timedelta(minutes=settings.alerts.lag_minutes)
     last = figures.newest_window.result()
     age = max(0.0, (now - last).total_seconds() / 60) if last else None
-    cells[0].metric("Last data", f"{age:.0f} min ago" if age is not None else "none today or yesterday")
+    shown = [Card("Last data", f"{age:.0f} min ago" if age is not None else "none today or yesterday")]
     behind = freshness.views_lag(figures.newest_event.result(), last, now.date())
     if behind > limit:
         st.error(
@@ -312,6 +333,7 @@ def data_health(settings: Settings, figures: HealthFigures, *, every_site: bool)
             f" `alerts.lag_minutes` = {settings.alerts.lag_minutes}). Is the views job running? See `tally status`"
             " and the views log; `tally backfill` recomputes any dates it missed."
         )
+    parts = []
     if every_site:
         assert figures.archive_lag and figures.late_events and figures.checks, "started for a viewer of every site"
         lag = figures.archive_lag.result()
@@ -319,7 +341,7 @@ def data_health(settings: Settings, figures: HealthFigures, *, every_site: bool)
         shown_lag = f"{lag.messages:,}" if lag is not None else "broker unreachable"
         if lag is not None and lag.messages:
             shown_lag += f", oldest {describe_lag(lag_age)}"
-        cells[1].metric("Archive lag, every site (messages)", shown_lag)
+        shown.append(Card("Archive lag, every site (messages)", shown_lag))
         if lag_age > limit:
             st.error(
                 f"Alert: the oldest message not yet archived has waited {describe_lag(lag_age)} in Kafka (limit"
@@ -327,17 +349,21 @@ def data_health(settings: Settings, figures: HealthFigures, *, every_site: bool)
                 " and the archiver log; Kafka keeps messages for `kafka.retention_hours` only."
             )
         late = f"{figures.late_events.result():,}"
-        cells[2].metric("Late events in range, every site", late, help="Fixed by `tally backfill`.")
-        st.markdown("**Data-quality checks**, every site (newest per table, partition and check; failures first)")
-        st.dataframe(figures.checks.result().head(50), hide_index=True, width="stretch")
-        st.markdown("**Latest reconciliation audit** of this site or of every site (Kafka = raw = aggregates)")
+        shown.append(Card("Late events in range, every site", late, help="Fixed by `tally backfill`."))
+        checks = figures.checks.result().head(50)
+        title = "Data-quality checks, every site (newest per table, partition and check; failures first)"
+        parts.append(markup.titled(title, markup.table(checks, name="checks")))
+        audit_title = "Latest reconciliation audit of this site or of every site (Kafka = raw = aggregates)"
     else:
-        st.caption(
-            "Archive lag, late events and data-quality checks are counted over every site at once, so only "
-            "users granted every site see them."
+        parts.append(
+            markup.note(
+                "Archive lag, late events and data-quality checks are counted over every site at once, so only "
+                "users granted every site see them."
+            )
         )
-        st.markdown("**Latest reconciliation audit of this site** (`tally audit --site`: Kafka = raw = aggregates)")
-    st.dataframe(figures.audit.result(), hide_index=True, width="stretch")
+        audit_title = "Latest reconciliation audit of this site (tally audit --site: Kafka = raw = aggregates)"
+    parts.append(markup.titled(audit_title, markup.table(figures.audit.result(), name="audit")))
+    st.html(markup.block(markup.cards(shown, per_row=3), *parts))
 
 
 def previous_days(view: View, today: dt.date) -> Range:

@@ -1,5 +1,5 @@
 """The top tables (pages, sources, devices, places) in four tabs, of which only the open one is
-asked and drawn: a new browser tab draws 3 tables, not 12."""
+asked and drawn: a new browser tab draws 3 tables, not 12 (as one HTML element: :mod:`dashboard.markup`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
+from dashboard import markup
 from dashboard.answers import AnsweredReport
-from dashboard.panels import table
+from dashboard.panels import csv_button, shown_table, table_html
 from tally.dimensions import NONE_VALUE
 
 
@@ -85,9 +86,18 @@ def top_tables(report: AnsweredReport, scroll_depths: Mapping[str, int] | None =
             if label == "Pages" and scroll_depths:  # as Plausible: beside page views (query.vitals computes it)
                 frames[0] = frames[0].assign(**{"Scroll depth %": frames[0]["value"].map(scroll_depths)})
             no_cities = label == "Countries" and (frames[2]["value"] == NONE_VALUE).all()
-            shown = 1 if no_cities else len(tables)
-            for column, t, frame in zip(st.columns(3), tables[:shown], frames[:shown], strict=False):
-                with column:
-                    table(t.title, frame, t.key, exact=report.exact, value_label=t.value_label)
+            count = 1 if no_cities else len(tables)
+            shown = [
+                shown_table(frame, exact=report.exact, value_label=t.value_label)
+                for t, frame in zip(tables[:count], frames[:count], strict=False)
+            ]
+            parts = [markup.grid(table_html(t.title, s, t.key) for t, s in zip(tables, shown, strict=False))]
             if no_cities:  # no city database: say how to get one
-                st.caption("Regions and cities need a city database: set `geo.city_db` (docs/CONFIGURATION.md).")
+                parts.append(
+                    markup.note("Regions and cities need a city database: set geo.city_db (docs/CONFIGURATION.md).")
+                )
+            st.html(markup.block(*parts))
+            for column, t, s in zip(st.columns(3), tables, shown, strict=False):
+                if not s.empty:
+                    with column:
+                        csv_button(s, t.key, t.title)

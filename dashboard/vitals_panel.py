@@ -9,13 +9,14 @@ Every figure comes from the query layer (:mod:`query.vitals`, through a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
+from dashboard import markup
+from dashboard.markup import Card, Segment
 from query.report import VitalsReport
 from query.vitals import P75_RANK_ERROR, VitalFigures
 from tally.settings import Settings
@@ -66,7 +67,7 @@ def p75_text(vital: Vital, value: float | None) -> str:
 
 
 def shares_frame(total: VitalFigures) -> pd.DataFrame:
-    """Long rows (vital, band, share %) of the site total, for the stacked bar."""
+    """Long rows (vital, band, share %) of the site total, for the stacked bars."""
     rows = []
     for v in VITALS:
         for band in BANDS:
@@ -74,6 +75,17 @@ def shares_frame(total: VitalFigures) -> pd.DataFrame:
             if share is not None:
                 rows.append({"vital": v.name.upper(), "band": BAND_LABELS[band], "share": share})
     return pd.DataFrame(rows, columns=["vital", "band", "share"])
+
+
+def band_bars(total: VitalFigures) -> str:
+    """Each vital's shares of page views in Google's bands, as stacked bars in the bands' colours."""
+    colours = {BAND_LABELS[b]: BAND_COLOURS[b] for b in BANDS}
+    frame = shares_frame(total)
+    rows = [
+        (vital, [Segment(r.band, float(r.share), colours[r.band]) for r in group.itertuples()])
+        for vital, group in frame.groupby("vital", sort=False)
+    ]
+    return markup.titled("% of measured page views", markup.bars(rows, list(colours.items())))
 
 
 def breakdown(figures: list[VitalFigures], value_label: str) -> pd.DataFrame:
@@ -126,35 +138,26 @@ def core_web_vitals(
         st.markdown(code_span(tag))
         return
     total = shown.total
-    for cell, v in zip(st.columns(len(VITALS)), VITALS, strict=True):
+    shown_cards = []
+    for v in VITALS:
         p75 = total.p75.get(v.name)
-        cell.metric(
-            f"{v.name.upper()} p75",
-            p75_text(v, p75),
-            help=f"{VITAL_TITLES[v.name]}: good ≤ {v.good_max:g}{v.unit}, poor > {v.poor_above:g}{v.unit}.",
+        band = v.band(p75) if p75 is not None else None
+        shown_cards.append(
+            Card(
+                f"{v.name.upper()} p75",
+                p75_text(v, p75),
+                help=f"{VITAL_TITLES[v.name]}: good ≤ {v.good_max:g}{v.unit}, poor > {v.poor_above:g}{v.unit}.",
+                band=BAND_LABELS[band] if band else "",
+                colour=BAND_COLOURS[band] if band else "",
+            )
         )
-        if p75 is not None:
-            band = v.band(p75)
-            cell.markdown(f":{BAND_TEXT_COLOURS[band]}[{BAND_LABELS[band]}]")
-    bands = shares_frame(total)
-    chart = (
-        alt.Chart(bands)
-        .mark_bar()
-        .encode(
-            y=alt.Y("vital:N", title=None, sort=[v.name.upper() for v in VITALS]),
-            x=alt.X("share:Q", title="% of measured page views", scale=alt.Scale(domain=[0, 100])),
-            color=alt.Color(
-                "band:N",
-                title=None,
-                scale=alt.Scale(domain=[BAND_LABELS[b] for b in BANDS], range=[BAND_COLOURS[b] for b in BANDS]),
-            ),
-            order=alt.Order("band_order:Q"),
-            tooltip=["vital:N", "band:N", "share:Q"],
+    st.html(
+        markup.block(
+            markup.cards(shown_cards, per_row=len(VITALS)),
+            band_bars(total),
+            markup.note(caption(shown.exact, total.measured)),
         )
-        .transform_calculate(band_order=_band_order_expression())
     )
-    st.altair_chart(chart.properties(height=180), width="stretch")
-    st.caption(caption(shown.exact, total.measured))
     if breakdowns_in is None:
         breakdowns(shown)
     else:
@@ -166,10 +169,10 @@ def breakdowns(shown: VitalsShown) -> None:
     by_page, by_device = st.tabs(["By page", "By device"], key=VITALS_TAB_KEY, on_change="rerun")
     if by_page.open:
         with by_page:
-            st.dataframe(breakdown(shown.pages, "Page"), hide_index=True, width="stretch")
+            st.html(markup.block(markup.table(breakdown(shown.pages, "Page"), name="vitals_by_page")))
     if by_device.open:
         with by_device:
-            st.dataframe(breakdown(shown.devices, "Device"), hide_index=True, width="stretch")
+            st.html(markup.block(markup.table(breakdown(shown.devices, "Device"), name="vitals_by_device")))
 
 
 def caption(exact: bool, measured: int) -> str:
@@ -181,8 +184,3 @@ def caption(exact: bool, measured: int) -> str:
         " digests of agg.vitals_1h); the shares of page views in Google's bands and scroll depth are exact counts."
         " A band's share is of the page views that measured that vital (INP needs an interaction)."
     )
-
-
-def _band_order_expression() -> str:
-    order: Mapping[str, int] = {BAND_LABELS[b]: i for i, b in enumerate(BANDS)}
-    return " : ".join(f"datum.band == '{label}' ? {i}" for label, i in order.items()) + " : 3"

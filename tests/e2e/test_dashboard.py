@@ -80,12 +80,15 @@ def send_hostile_beacons(stack: RunningStack) -> list[str]:
     return ids
 
 
+FIGURES = "[data-kpi], [data-table], [data-testid='stMetric'], [data-testid='stDataFrame']"  # any figure drawn
+
+
 def metric(page: Any, label: str) -> str | None:
-    """The value of the st.metric with this label, as shown."""
-    box = page.locator("[data-testid='stMetric']", has=page.get_by_text(label, exact=True))
+    """The value of the headline figure with this label (dashboard/markup.py's card), as shown."""
+    box = page.locator(f"[data-kpi='{label}'] [data-value]")
     if box.count() == 0:
         return None
-    return str(box.first.locator("[data-testid='stMetricValue']").inner_text())
+    return str(box.first.inner_text())
 
 
 def log_in(page: Any, stack: RunningStack) -> None:
@@ -94,7 +97,7 @@ def log_in(page: Any, stack: RunningStack) -> None:
     page.get_by_role("textbox", name="Password").fill(password)
     page.get_by_role("button", name="Log in").click()
     try:
-        page.wait_for_selector("[data-testid='stMetric']", timeout=60000)
+        page.wait_for_selector("[data-kpi]", timeout=60000)
     except Exception:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "dashboard-login-failed.png"), full_page=True)
@@ -117,7 +120,7 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
     page.on("dialog", dismiss)
     page.goto(stack.dashboard_url)
     page.wait_for_selector("text=Analytics data is private", timeout=60000)
-    assert page.locator("[data-testid='stMetric']").count() == 0, "an anonymous browser must see no figures"
+    assert page.locator(FIGURES).count() == 0, "an anonymous browser must see no figures"
 
     # Wait until raw holds the last events sent and the streaming views hold every page view in
     # raw, then log in (the session cookie keeps the login across reloads: test_dashboard_sessions.py).
@@ -158,7 +161,7 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
     # A table's CSV is made when its button is clicked (a deferred download, not on every page run).
     page.keyboard.press("Escape")
     with page.expect_download(timeout=60000) as download:
-        page.get_by_role("button", name="CSV", exact=True).first.click()  # not the table toolbar's own
+        page.get_by_role("button", name="Top pages (CSV)", exact=True).click()
     rows = list(csv.reader(io.StringIO(Path(download.value.path()).read_text())))
     assert download.value.suggested_filename == "top_pages.csv" and rows[0][0] == "Page", rows[:2]
     views = [int(r[rows[0].index("pageviews")]) for r in rows[1:]]

@@ -14,7 +14,7 @@ from dashboard.auth import load_users
 from dashboard.sessions import COOKIE_NAME, Sessions
 from tally.settings import Settings, load_settings
 from tests.e2e.conftest import RunningStack
-from tests.e2e.test_dashboard import SITE, log_in
+from tests.e2e.test_dashboard import FIGURES, SITE, log_in
 
 LOGIN_FORM = "text=Analytics data is private"
 REPORT = "text=Figures as of"
@@ -55,7 +55,7 @@ def test_a_login_survives_reloads_and_new_tabs_and_a_logout_ends_it_in_every_tab
         # The other tab is out at its next action; its live figures refresh every few seconds, so
         # that comes without a click too.
         second.wait_for_selector("text=Your session has ended", timeout=60000)
-        assert second.locator("[data-testid='stMetric']").count() == 0
+        assert second.locator(FIGURES).count() == 0
     finally:
         context.close()
 
@@ -79,7 +79,7 @@ def test_an_altered_expired_or_revoked_cookie_gets_the_login_form(
         page = context.new_page()
         page.goto(stack.dashboard_url)
         page.wait_for_selector(LOGIN_FORM, timeout=60000)
-        assert page.locator("[data-testid='stMetric']").count() == 0
+        assert page.locator(FIGURES).count() == 0
     finally:
         context.close()
 

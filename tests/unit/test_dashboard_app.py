@@ -18,6 +18,7 @@ from quality.quarantine import record_statuses
 from tally.annotations import load_annotations
 from tally.quarantine import PartitionStatus
 from tally.settings import DashboardUser, Settings, load_settings
+from tests.unit import markup_reader
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 
@@ -47,17 +48,18 @@ def test_an_anonymous_visitor_gets_the_login_form_and_no_figures(settings: Setti
     app = AppTest.from_file(APP, default_timeout=60).run()
     assert not app.exception
     assert 'action="/login"' in app.html[0].value, "a login form"
-    assert not app.metric and not app.dataframe and not app.sidebar.selectbox
+    assert not markup_reader.figures_shown(app) and not app.sidebar.selectbox
 
 
 def test_a_logged_in_user_sees_the_report_with_an_empty_warehouse(settings: Settings) -> None:
     app = logged_in(settings).run()
     assert not app.exception
-    labels = [m.label for m in app.metric]
-    assert {"Unique visitors (≈)", "Page views", "Visits", "Bounce rate", "Visit duration"} <= set(labels)
+    shown = markup_reader.cards(app)
+    assert {"Unique visitors (≈)", "Page views", "Visits", "Bounce rate", "Visit duration"} <= set(shown)
+    assert shown["Page views"] == "0" and shown["Visitors in the last 5 minutes"] == "0"
     assert any("No page views in this range yet" in i.value for i in app.info)
     assert app.query_params["site"] == "demo.tally.local"
-    assert any(c.value.startswith("Visitors here are") and "daily visitor ids" in c.value for c in app.caption)
+    assert "Visitors here are daily visitor ids" in markup_reader.text(app)
 
 
 def test_an_annotation_made_on_the_page_is_kept_for_the_chart_and_the_api(settings: Settings) -> None:
@@ -77,7 +79,7 @@ def test_a_user_cannot_open_a_site_not_granted_by_editing_the_url(settings: Sett
     app.run()
     assert not app.exception
     assert any("not shared with you" in e.value for e in app.error)
-    assert not app.metric and not app.dataframe
+    assert not markup_reader.figures_shown(app)
 
 
 def test_a_bad_view_in_the_url_is_refused_with_what_to_do(settings: Settings) -> None:
@@ -85,7 +87,7 @@ def test_a_bad_view_in_the_url_is_refused_with_what_to_do(settings: Settings) ->
     app.query_params["range"] = "forever"
     app.run()
     assert any("range must be one of" in e.value for e in app.error)
-    assert not app.metric
+    assert not markup_reader.figures_shown(app)
 
 
 def test_the_dashboard_warns_about_quarantined_partitions(settings: Settings) -> None:
@@ -133,23 +135,24 @@ def test_the_custom_properties_panel_breaks_a_property_down_with_a_csv(settings:
     assert not app.exception
     assert "Custom properties" in [h.value for h in app.subheader]
     assert [s.value for s in app.selectbox if s.key == "props_key"] == ["plan"]
-    shown = [d.value for d in app.dataframe if "Value" in d.value.columns]
-    assert len(shown) == 1 and shown[0]["Value"].tolist() == ["free", "pro"]
-    assert shown[0]["events"].tolist() == [5, 3]
-    assert any(c.startswith("Visitors (≈ ±") for c in shown[0].columns)
+    shown = markup_reader.tables(app)["props"]
+    assert shown["Value"].tolist() == ["free", "pro"]
+    assert shown["events"].tolist() == ["5", "3"]
+    assert any(c.startswith("Visitors (≈ ±") for c in shown.columns)
+    assert [b.label for b in app.get("download_button")] == ["Property values (CSV)"]
 
 
 def test_the_top_tables_draw_only_the_open_tab_and_picking_another_draws_its_tables(settings: Settings) -> None:
     app = logged_in(settings).run()
     assert not app.exception
     assert [t.label for t in app.tabs][:4] == ["Pages", "Sources", "Devices", "Countries"]
-    titles = [m.value for m in app.markdown]
-    assert {"**Top pages**", "**Entry pages**", "**Exit pages**"} <= set(titles)
-    assert "**Browsers**" not in titles and "**Countries**" not in titles, "a closed tab's tables are drawn"
+    titles = markup_reader.titles(app)
+    assert {"Top pages", "Entry pages", "Exit pages"} <= set(titles)
+    assert "Browsers" not in titles and "Countries" not in titles, "a closed tab's tables are drawn"
 
     app.session_state[TOP_TAB_KEY] = "Devices"  # what picking the tab does
     app.run()
     assert not app.exception
-    titles = [m.value for m in app.markdown]
-    assert {"**Browsers**", "**Operating systems**", "**Devices**"} <= set(titles)
-    assert "**Top pages**" not in titles
+    titles = markup_reader.titles(app)
+    assert {"Browsers", "Operating systems", "Devices"} <= set(titles)
+    assert "Top pages" not in titles

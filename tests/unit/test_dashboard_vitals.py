@@ -24,6 +24,7 @@ from tally.settings import DashboardUser, Settings, load_settings
 from tally.sketches import digest_from_values, sketch_from_ids
 from tally.tables import TRAFFIC_1D, VITALS_1H
 from tally.vitals import BANDS, VITALS, VITALS_BY_NAME
+from tests.unit import markup_reader
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 SITE = "demo.tally.local"
@@ -132,23 +133,24 @@ def test_the_page_shows_each_vitals_p75_in_its_band_and_the_pages_scroll_depth(s
     app = logged_in(settings).run()
     assert not app.exception
     assert "Core Web Vitals" in [h.value for h in app.subheader]
-    shown = {m.label: m.value for m in app.metric}
+    shown = markup_reader.cards(app)
     assert shown["LCP p75"] == "3,500 ms" and shown["CLS p75"] == "0.01" and shown["INP p75"] == "–"
-    assert ":orange[Needs improvement]" in [m.value for m in app.markdown]
-    assert ":green[Good]" in [m.value for m in app.markdown]
-    assert any("p75 approximate (t-digest" in c.value for c in app.caption)
-    by_page = next(d.value for d in app.dataframe if "Measured page views" in d.value.columns and "Page" in d.value)
+    bands = markup_reader.bands(app)
+    assert bands["LCP p75"] == "Needs improvement" and bands["CLS p75"] == "Good" and "INP p75" not in bands
+    assert "p75 approximate (t-digest" in markup_reader.text(app)
+    tables = markup_reader.tables(app)
+    by_page = tables["vitals_by_page"]
     assert by_page["Page"].tolist() == ["/pricing"] and by_page["LCP good / NI / poor"].tolist() == ["40 / 40 / 20 %"]
-    top_pages = next(d.value for d in app.dataframe if "Scroll depth %" in d.value.columns)
-    assert top_pages["Page"].tolist() == ["/pricing"] and top_pages["Scroll depth %"].tolist() == [60]
-    assert not [d for d in app.dataframe if "Device" in d.value.columns], "only the open tab's table is drawn"
+    top_pages = tables["top_pages"]
+    assert top_pages["Page"].tolist() == ["/pricing"] and top_pages["Scroll depth %"].tolist() == ["60"]
+    assert "vitals_by_device" not in tables, "only the open tab's table is drawn"
 
     app.session_state[VITALS_TAB_KEY] = "By device"  # what picking the tab does
     app.run()
     assert not app.exception
-    by_device = next(d.value for d in app.dataframe if "Measured page views" in d.value.columns and "Device" in d.value)
-    assert by_device["Device"].tolist() == ["mobile"]
-    assert not [d for d in app.dataframe if "Measured page views" in d.value.columns and "Page" in d.value]
+    tables = markup_reader.tables(app)
+    assert tables["vitals_by_device"]["Device"].tolist() == ["mobile"]
+    assert "vitals_by_page" not in tables
 
 
 def test_with_nothing_measured_the_panel_says_to_add_the_vitals_extension_with_its_tag(settings: Settings) -> None:
@@ -158,7 +160,7 @@ def test_with_nothing_measured_the_panel_says_to_add_the_vitals_extension_with_i
     # Inline code: a code block would load the browser's syntax highlighter for one line
     assert any(m.value.startswith("` <script defer") and f'data-site="{SITE}"' in m.value for m in app.markdown)
     assert not app.code
-    assert not [m for m in app.metric if m.label.endswith("p75")]
+    assert not [label for label in markup_reader.cards(app) if label.endswith("p75")]
 
 
 def test_the_tag_is_shown_as_a_code_span_whatever_backticks_it_holds() -> None:

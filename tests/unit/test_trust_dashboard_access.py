@@ -27,6 +27,7 @@ from dashboard.share_links import ShareLinks
 from dashboard.throttle import LoginThrottle, PasswordCheck, check_password
 from ops.cli import main
 from tally.settings import DashboardUser, Settings, load_settings
+from tests.unit import markup_reader
 from tests.unit.test_dashboard_login import (
     AUTH_SECRETS,
     MARKER,
@@ -247,7 +248,8 @@ def test_a_bad_url_value_is_refused_without_echoing_it(
     assert not app.exception and app.error, "the view is refused"
     for element in (*app.error, *app.warning, *app.info, *app.markdown, *app.caption, *app.title):
         assert "evil.example" not in str(element.value), element.value
-    assert not app.metric
+    assert "evil.example" not in markup_reader.text(app)
+    assert not markup_reader.figures_shown(app)
 
 
 # --- share links and their creator --------------------------------------------------------------

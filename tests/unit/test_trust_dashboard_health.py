@@ -27,6 +27,7 @@ from tally.settings import DashboardUser, Settings, load_settings
 from tally.storage import append_rows
 from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_PARTITIONS_SCHEMA, QUALITY_RESULTS_SCHEMA
 from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_PARTITIONS, QUALITY_RESULTS
+from tests.unit import markup_reader
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 SITE_A, SITE_B = "demo.tally.local", "limited.tally.test"  # the sites of conf/test.yaml
@@ -141,6 +142,10 @@ def shown(app: AppTest) -> str:
         parts += [str(element.value) for element in getattr(app, kind)]
     parts += [f"{m.label} {m.value}" for m in app.metric]
     parts += [frame.value.to_csv() for frame in app.dataframe]
+    drawn = [f"{label} {value}" for label, value in markup_reader.cards(app).items()]
+    drawn += [frame.to_csv() for frame in markup_reader.tables(app).values()]
+    drawn.append(markup_reader.text(app))
+    parts += drawn + [part.replace(",", "") for part in drawn]  # 1,234 as drawn, and as the figure 1234
     return "\n".join(parts)
 
 

@@ -1,0 +1,178 @@
+"""The report's figures as HTML: each panel one ``st.html`` block instead of a dozen Streamlit elements.
+
+A browser draws a page's elements one by one (React components, CSS-in-JS, a canvas grid per
+``st.dataframe``); a warm page of about 70 of them took 2.3 s against 0.66 s for a bare Streamlit
+page, most of it drawing (docs/BENCHMARKS.md, "Dashboard in a browser"). A table or a row of figures
+written as plain HTML is one element, drawn by the browser's own layout.
+
+Every text shown here is escaped (``html.escape``, quotes included), so attacker-controlled text
+(page paths, referrers, event names, property values) is shown as text, never read as markup;
+Streamlit's DOMPurify is the second line. The functions are pure (figures in, a string out) and
+unit-tested without Streamlit; the ``data-*`` attributes name what a test, e2e or unit, looks for.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import pandas as pd
+
+# Streamlit's theme colours where it sets them (light or dark), neutral greys otherwise.
+CSS = """<style>
+.tly-cards{display:grid;grid-template-columns:repeat(var(--tly-n),minmax(0,1fr));gap:.75rem;margin:.25rem 0 .5rem}
+@media (max-width:640px){.tly-cards{grid-template-columns:repeat(2,minmax(0,1fr))}}
+.tly-card{padding:.25rem 0}
+.tly-label{font-size:.875rem;opacity:.8}
+.tly-value{display:block;font-size:1.9rem;line-height:1.3;overflow-wrap:anywhere}
+.tly-delta{display:inline-block;font-size:.875rem;padding:0 .4rem;border-radius:.5rem}
+.tly-up{color:#09ab3b;background:rgba(9,171,59,.1)}.tly-down{color:#ff2b2b;background:rgba(255,43,43,.1)}
+.tly-note{font-size:.875rem;opacity:.7;margin:.1rem 0 .6rem}
+.tly-grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(16rem,1fr));gap:1rem}
+.tly-title{font-weight:600;margin:.2rem 0}
+.tly-scroll{max-height:26rem;overflow:auto}
+table.tly-table{border-collapse:collapse;width:100%;font-size:.875rem}
+.tly-table th,.tly-table td{padding:.2rem .5rem;border-bottom:1px solid rgba(128,128,128,.25);text-align:left}
+.tly-table th{position:sticky;top:0;background:inherit;font-weight:600}
+.tly-table td.tly-n,.tly-table th.tly-n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.tly-table td{max-width:28rem;overflow-wrap:anywhere}
+.tly-bars{display:grid;grid-template-columns:3.5rem 1fr;gap:.3rem .5rem;align-items:center;font-size:.8rem}
+.tly-bar{display:flex;height:1.3rem;border-radius:.2rem;overflow:hidden}
+.tly-bar span{display:block;height:100%}
+.tly-legend span{display:inline-block;margin-right:1rem;font-size:.8rem}
+.tly-legend i{display:inline-block;width:.7rem;height:.7rem;margin-right:.3rem;border-radius:.15rem}
+</style>"""
+
+EMPTY = "–"  # a figure with nothing to show (no data, or a division by zero)
+
+
+def text(value: object) -> str:
+    """Any value as escaped text (quotes too: it may end up in an attribute)."""
+    return html.escape(str(value), quote=True)
+
+
+Format = Literal["number", "percent", "text"]
+
+
+def cell(value: object, kind: Format = "number") -> str:
+    """One table cell's text, as people read it: ``12,345``, ``3.25``, ``42.0%``; missing values ``–``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT:
+        return EMPTY
+    if kind == "percent" and isinstance(value, int | float):
+        return f"{value:.1%}"
+    if isinstance(value, bool) or kind == "text":
+        return text(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value.is_integer() and abs(value) >= 1000 else f"{value:,.2f}"
+    if hasattr(value, "item"):  # a numpy scalar
+        return cell(value.item(), kind)
+    return text(value)
+
+
+def _is_number(series: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
+
+
+def table(frame: pd.DataFrame, *, name: str, percent: Collection[str] = ()) -> str:
+    """``frame`` as an HTML table (header, then one row per row; numbers right-aligned), in a box that
+    scrolls past about 15 rows. ``percent`` names the columns holding fractions shown as %."""
+    numeric = {c for c in frame.columns if _is_number(frame[c])}
+    kinds: dict[object, Format] = {
+        c: "percent" if c in percent else "number" if c in numeric else "text" for c in frame.columns
+    }
+    head = "".join(f"<th{' class=tly-n' if c in numeric else ''}>{text(c)}</th>" for c in frame.columns)
+    rows = []
+    for values in frame.itertuples(index=False, name=None):
+        cells = (
+            f"<td{' class=tly-n' if c in numeric else ''}>{cell(v, kinds[c])}</td>"
+            for c, v in zip(frame.columns, values, strict=True)
+        )
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return (
+        f'<div class="tly-scroll"><table class="tly-table" data-table="{text(name)}">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def titled(title: str, body: str) -> str:
+    """A bold title over ``body`` (a table, or a note that it is empty)."""
+    return f'<div><div class="tly-title">{text(title)}</div>{body}</div>'
+
+
+def note(words: str) -> str:
+    """A small grey line, like ``st.caption`` (plain text: no Markdown)."""
+    return f'<div class="tly-note">{text(words)}</div>'
+
+
+def grid(parts: Iterable[str]) -> str:
+    """Parts side by side, as many as fit (16 rem each at least): three tables on a wide screen, one on a phone."""
+    return f'<div class="tly-grid">{"".join(parts)}</div>'
+
+
+@dataclass(frozen=True)
+class Card:
+    """One headline figure, as ``st.metric`` shows it: label, value, change against the previous period."""
+
+    label: str
+    value: str
+    change: str | None = None  # "+12.5%": green when up, red when down (the other way round when ``inverse``)
+    inverse: bool = False
+    help: str = ""  # shown on hover
+    band: str = ""  # a band's label under the value, and its colour (Core Web Vitals)
+    colour: str = ""
+
+
+def _change(card: Card) -> str:
+    if not card.change:
+        return ""
+    up = not card.change.startswith("-")
+    good = up != card.inverse
+    arrow = "↑" if up else "↓"
+    return f'<span class="tly-delta {"tly-up" if good else "tly-down"}">{arrow} {text(card.change.lstrip("+-"))}</span>'
+
+
+def cards(shown: Sequence[Card], *, per_row: int) -> str:
+    """A row (or rows) of headline figures, ``per_row`` to a row."""
+    parts = []
+    for c in shown:
+        hint = f' title="{text(c.help)}"' if c.help else ""
+        band = f'<div style="color:{text(c.colour)}">{text(c.band)}</div>' if c.band else ""
+        parts.append(
+            f'<div class="tly-card" data-kpi="{text(c.label)}"{hint}><span class="tly-label">{text(c.label)}</span>'
+            f'<span class="tly-value" data-value>{text(c.value)}</span>{_change(c)}{band}</div>'
+        )
+    return f'<div class="tly-cards" style="--tly-n:{int(per_row)}">{"".join(parts)}</div>'
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A part of a 100% bar: its label, its share (0–100) and its colour."""
+
+    label: str
+    share: float
+    colour: str
+
+
+def bars(rows: Sequence[tuple[str, Sequence[Segment]]], legend: Sequence[tuple[str, str]]) -> str:
+    """Stacked horizontal bars of shares (each row sums to about 100), with a legend of (label, colour)."""
+    lines = []
+    for label, segments in rows:
+        spans = "".join(
+            f'<span style="width:{max(0.0, min(100.0, s.share)):.2f}%;background:{text(s.colour)}"'
+            f' title="{text(s.label)}: {s.share:.1f}%"></span>'
+            for s in segments
+        )
+        lines.append(f'<div>{text(label)}</div><div class="tly-bar" data-bar="{text(label)}">{spans}</div>')
+    keys = "".join(f'<span><i style="background:{text(c)}"></i>{text(n)}</span>' for n, c in legend)
+    return f'<div class="tly-bars">{"".join(lines)}</div><div class="tly-legend">{keys}</div>'
+
+
+def block(*parts: str) -> str:
+    """One ``st.html`` body: the style sheet, then the parts (each element carries its own style sheet, so
+    a fragment rerun alone is styled too; the browser dedupes nothing but the cost is a kilobyte)."""
+    return CSS + "".join(parts)
