@@ -41,9 +41,10 @@ class _Reader(HTMLParser):
         elif tag == "div" and self._card is not None and (a.get("style") or "").startswith("color:"):
             self._in_band = True
             self.bands[self._card] = ""
-        if tag == "table" and a.get("data-table"):
-            self._table = a["data-table"]
-            self.tables[self._table] = []
+        name = a.get("data-table")
+        if tag == "table" and name:
+            self._table = name
+            self.tables[name] = []
         elif tag == "tr" and self._table is not None:
             self._row = []
         elif tag in ("td", "th") and self._row is not None:

@@ -139,7 +139,7 @@ def test_the_custom_properties_panel_breaks_a_property_down_with_a_csv(settings:
     assert shown["Value"].tolist() == ["free", "pro"]
     assert shown["events"].tolist() == ["5", "3"]
     assert any(c.startswith("Visitors (≈ ±") for c in shown.columns)
-    assert [b.label for b in app.get("download_button")] == ["Property values (CSV)"]
+    assert [b.proto.label for b in app.get("download_button")] == ["Property values (CSV)"]
 
 
 def test_the_top_tables_draw_only_the_open_tab_and_picking_another_draws_its_tables(settings: Settings) -> None:
