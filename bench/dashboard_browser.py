@@ -9,7 +9,8 @@ it from navigation (or from the click that changes the view) to the last panel d
 - the script run is over (``stApp``'s ``data-test-script-state`` is ``notRunning``; after a
   change, only once a run has started since the click),
 - nothing on screen is left from an earlier run (no ``data-stale`` element, no skeleton),
-- the page's last line ("Figures as of …") is there and every chart has drawn its canvas.
+- the page's last line ("Figures as of …") is there and every chart is drawn (a Vega chart's canvas,
+  or the lines' image of an HTML chart, ``dashboard/markup.py``, decoded).
 
 Figures, per range (today, 7 days, 90 days): the first load of a dashboard process just started
 (every server cache cold, and a new browser profile: nothing cached), then warm loads (a new tab of
@@ -118,7 +119,9 @@ DRAWN = """(afterChange) => {
   const captions = [...document.querySelectorAll("[data-testid='stCaptionContainer']")];
   if (!captions.some((c) => c.textContent.startsWith("Figures as of"))) return false;
   const charts = [...document.querySelectorAll("[data-testid='stVegaLiteChart']")];
-  return charts.every((c) => c.querySelector("canvas, svg")) ? "drawn" : false;
+  if (!charts.every((c) => c.querySelector("canvas, svg"))) return false;
+  const lines = [...document.querySelectorAll("img.tly-lines")];  // dashboard/markup.py's charts
+  return lines.every((i) => i.complete && i.naturalWidth > 0) ? "drawn" : false;
 }"""
 RUN_WATCH = """() => {
   window.__tallyRan = false;

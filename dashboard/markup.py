@@ -18,6 +18,7 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -44,6 +45,15 @@ table.tly-table{border-collapse:collapse;width:100%;font-size:.875rem}
 .tly-bar span{display:block;height:100%}
 .tly-legend span{display:inline-block;margin-right:1rem;font-size:.8rem}
 .tly-legend i{display:inline-block;width:.7rem;height:.7rem;margin-right:.3rem;border-radius:.15rem}
+.tly-plot{position:relative;height:18rem;margin:.5rem 1.5rem 1.8rem 3.6rem}
+.tly-lines{position:absolute;inset:0;width:100%;height:100%}
+.tly-y{position:absolute;right:100%;transform:translateY(50%);padding-right:.4rem;font-size:.75rem;opacity:.7}
+.tly-x{position:absolute;top:100%;transform:translateX(-50%);padding-top:.3rem;font-size:.75rem;opacity:.7;white-space:nowrap}
+.tly-x-title{text-align:center;font-size:.8rem;opacity:.7}
+.tly-hover{position:absolute;top:0;bottom:0}
+.tly-hover:hover{background:rgba(128,128,128,.12)}
+.tly-mark{position:absolute;top:0;bottom:0;border-left:1px dashed gray}
+.tly-mark span{position:absolute;top:0;left:.2rem;font-size:.75rem;color:gray;white-space:nowrap}
 </style>"""
 
 EMPTY = "–"  # a figure with nothing to show (no data, or a division by zero)
@@ -176,3 +186,110 @@ def block(*parts: str) -> str:
     """One ``st.html`` body: the style sheet, then the parts (each element carries its own style sheet, so
     a fragment rerun alone is styled too; the browser dedupes nothing but the cost is a kilobyte)."""
     return CSS + "".join(parts)
+
+
+@dataclass(frozen=True)
+class Line:
+    """One series of a line chart: its name (the legend's and the tooltip's), colour and values (None: a gap)."""
+
+    name: str
+    colour: str
+    values: Sequence[float | None]
+
+
+def nice_top(largest: float) -> tuple[float, float]:
+    """The top of a value axis from 0 over ``largest`` and its step: 1, 2 or 5 times a power of ten, 4–5 steps."""
+    if largest <= 0:
+        return 1.0, 0.25
+    raw = largest / 5
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    return step * math.ceil(largest / step), step
+
+
+def _position(i: int, n: int) -> float:
+    """The x of bucket ``i`` of ``n``, in % of the plot's width."""
+    return 50.0 if n == 1 else 100.0 * i / (n - 1)
+
+
+def _polylines(values: Sequence[float | None], top: float) -> list[str]:
+    """The SVG points of each unbroken run of values (a 1000 × 1000 box, y upwards from 0)."""
+    runs: list[list[str]] = [[]]
+    n = len(values)
+    for i, v in enumerate(values):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            runs.append([])
+            continue
+        runs[-1].append(f"{_position(i, n) * 10:.1f},{1000 - 1000 * v / top:.1f}")
+    return [" ".join(r) for r in runs if r]
+
+
+def svg_image(drawing: str) -> str:
+    """A data URL of an SVG image of ``drawing`` in a 1000 × 1000 box stretched to the image's size.
+
+    An image, not inline SVG: Streamlit's sanitiser (DOMPurify's HTML profile) drops ``<svg>``, and
+    keeps an ``<img>``'s data URL. Only numbers and this module's colours are drawn in it, no text."""
+    box = 'width="1000" height="1000" viewBox="0 0 1000 1000" preserveAspectRatio="none"'
+    svg = f'<svg xmlns="http://www.w3.org/2000/svg" {box}>{drawing}</svg>'
+    return "data:image/svg+xml," + quote(svg, safe=" ,.:=/()")
+
+
+def _whole(value: float | None) -> str:
+    """A count on hover: ``6,512``, or ``–`` for a gap (visitor estimates are not whole)."""
+    return EMPTY if value is None or math.isnan(value) else f"{value:,.0f}"
+
+
+def line_chart(
+    labels: Sequence[str],
+    lines: Sequence[Line],
+    *,
+    ticks: Sequence[int],
+    tick_labels: Sequence[str],
+    x_title: str,
+    notes: Sequence[tuple[float, str]] = (),
+) -> str:
+    """A line chart of buckets (``labels``: each bucket's name, shown on hover with every line's value):
+    lines drawn in an SVG image (scaled to the width, strokes not), the axes' labels, the legend and the notes
+    (dashed rules at a fraction 0–1 of the width, with their text) in HTML, so text keeps its size on
+    any screen. ``ticks`` are the bucket indices labelled on the time axis (``tick_labels``)."""
+    n = len(labels)
+    largest = max((v for line in lines for v in line.values if v is not None and not math.isnan(v)), default=0.0)
+    top, step = nice_top(largest)
+    grid_lines = "".join(
+        f'<line x1="0" x2="1000" y1="{1000 - 1000 * k * step / top:.1f}" y2="{1000 - 1000 * k * step / top:.1f}"'
+        ' stroke="rgba(128,128,128,.25)" vector-effect="non-scaling-stroke"/>'
+        for k in range(round(top / step) + 1)
+    )
+    paths = "".join(
+        f'<polyline points="{points}" fill="none" stroke="{text(line.colour)}" stroke-width="2"'
+        ' vector-effect="non-scaling-stroke"/>'
+        for line in lines
+        for points in _polylines(line.values, top)
+    )
+    y_labels = "".join(
+        f'<span class="tly-y" style="bottom:{100 * k * step / top:.2f}%">{cell(k * step)}</span>'
+        for k in range(round(top / step) + 1)
+    )
+    x_labels = "".join(
+        f'<span class="tly-x" style="left:{_position(i, n):.2f}%">{text(label)}</span>'
+        for i, label in zip(ticks, tick_labels, strict=True)
+    )
+    width = 100.0 / max(n - 1, 1)
+    hovers = "".join(
+        f'<div class="tly-hover" style="left:{max(0.0, _position(i, n) - width / 2):.2f}%;width:{width:.2f}%"'
+        f' title="{text(label)}&#10;'
+        + "&#10;".join(f"{text(line.name)}: {_whole(line.values[i])}" for line in lines)
+        + '"></div>'
+        for i, label in enumerate(labels)
+    )
+    marks = "".join(
+        f'<div class="tly-mark" style="left:{100 * f:.2f}%" title="{text(words)}"><span>{text(words)}</span></div>'
+        for f, words in notes
+        if 0 <= f <= 1
+    )
+    legend = "".join(f'<span><i style="background:{text(line.colour)}"></i>{text(line.name)}</span>' for line in lines)
+    return (
+        f'<div class="tly-chart" data-chart><div class="tly-legend">{legend}</div><div class="tly-plot">'
+        f'<img class="tly-lines" alt="" src="{svg_image(grid_lines + paths)}">'
+        f'{y_labels}{x_labels}{marks}{hovers}</div><div class="tly-x-title">{text(x_title)}</div></div>'
+    )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -19,7 +19,7 @@ from dashboard import markup
 from dashboard.answers import AnsweredReport, AnsweredVitals
 from dashboard.export import safe_csv
 from dashboard.health import HealthFigures
-from dashboard.markup import Card
+from dashboard.markup import Card, Line
 from dashboard.view import View
 from query import freshness
 from query.aggregates import AggregateReport, Aggregates, Range, Totals, realtime_visitors
@@ -144,6 +144,31 @@ def wall_clock(times: pd.Series, timezone: str) -> pd.Series:
     return times.dt.tz_convert(timezone).dt.tz_localize(None)
 
 
+SERIES_COLOURS = {"Page views": "#1f77b4", "Visitors": "#ff7f0e", "Page views (previous period)": "#aec7e8"}
+TIME_TICKS = 7  # labels on the time axis, at most
+
+
+def time_labels(times: pd.Series, grain: str) -> tuple[list[str], list[int], list[str]]:
+    """Each bucket's name (shown on hover), the buckets labelled on the axis (about :data:`TIME_TICKS`,
+    evenly spaced) and their labels: ``Sep 06`` by day; ``14:00`` by hour, the date at midnight."""
+    stamps = [pd.Timestamp(t) for t in times]
+    hourly = grain == "hour"
+    names = [f"{t:%a %b %d %H:%M}" if hourly else f"{t:%a %b %d, %Y}" for t in stamps]
+    every = max(1, math.ceil(len(stamps) / TIME_TICKS))
+    ticks = list(range(0, len(stamps), every))
+    labels = [f"{stamps[i]:%b %d}" if not hourly or stamps[i].hour == 0 else f"{stamps[i]:%H:%M}" for i in ticks]
+    return names, ticks, labels
+
+
+def note_positions(times: pd.Series, notes: list[Annotation]) -> list[tuple[float, str]]:
+    """Each annotation's place along the time axis (0–1, the start of its day) and its text."""
+    if len(times) < 2:
+        return []
+    first, last = pd.Timestamp(times.iloc[0]), pd.Timestamp(times.iloc[-1])
+    span = (last - first).total_seconds()
+    return [((pd.Timestamp(n.day) - first).total_seconds() / span, f"{n.day}: {n.text}") for n in notes]
+
+
 def time_series(
     current: pd.DataFrame,
     previous: pd.DataFrame | None,
@@ -153,38 +178,28 @@ def time_series(
     timezone: str = "UTC",
 ) -> None:
     """Page views and visitors per bucket (the site's local hours or dates, ``timezone``), the previous
-    period overlaid on the same axis, and the range's annotations as dashed rules with their text (SVG
-    text: never Markdown or HTML)."""
+    period overlaid on the same axis, and the range's annotations as dashed rules with their text;
+    drawn as HTML and SVG (:func:`dashboard.markup.line_chart`: a Vega chart cost a new tab about
+    0.25 s, docs/BENCHMARKS.md), every text escaped."""
     st.subheader(f"Page views and visitors per {grain}")
-    chart = current[["time", "pageviews", "visitors"]].rename(
-        columns={"pageviews": "Page views", "visitors": "Visitors"}
-    )
-    chart["time"] = wall_clock(chart["time"], timezone)
+    times = wall_clock(current["time"], timezone)
+    series = {"Page views": current["pageviews"], "Visitors": current["visitors"]}
     if previous is not None and len(previous) == len(current):
-        chart["Page views (previous period)"] = previous["pageviews"].to_numpy()
-    long = chart.melt("time", var_name="series", value_name="count")
-    lines = (
-        alt.Chart(long)
-        .mark_line()
-        .encode(
-            x=alt.X("time:T", title=f"Time ({timezone})"),
-            y=alt.Y("count:Q", title=None),
-            color=alt.Color("series:N", title=None),
-        )
+        series["Page views (previous period)"] = previous["pageviews"]
+    lines = [
+        Line(name, SERIES_COLOURS[name], [None if pd.isna(v) else float(v) for v in values])
+        for name, values in series.items()
+    ]
+    names, ticks, labels = time_labels(times, grain)
+    chart = markup.line_chart(
+        names,
+        lines,
+        ticks=ticks,
+        tick_labels=labels,
+        x_title=f"Time ({timezone})",
+        notes=note_positions(times, notes or []),
     )
-    layers: list[alt.Chart] = [lines]
-    if notes:
-        marks = pd.DataFrame(
-            {"time": [pd.Timestamp(n.day) for n in notes], "note": [f"{n.day}: {n.text}" for n in notes]}
-        )
-        rules = alt.Chart(marks).mark_rule(strokeDash=[4, 4], color="gray").encode(x="time:T", tooltip=["note:N"])
-        labels = (
-            alt.Chart(marks)
-            .mark_text(align="left", dx=3, dy=-4, color="gray")
-            .encode(x="time:T", y=alt.value(8), text="note:N")
-        )
-        layers += [rules, labels]
-    st.altair_chart(alt.layer(*layers).properties(height=320), width="stretch")
+    st.html(markup.block(chart))
 
 
 def csv_button(frame: pd.DataFrame, name: str, title: str = "") -> None:

@@ -11,7 +11,7 @@ from tests.e2e.test_dashboard import log_in
 PHONE = {"width": 390, "height": 844}
 PARTS = {
     "KPI": "[data-kpi]",
-    "chart": "[data-testid='stVegaLiteChart']",
+    "chart": "[data-chart]",
     "table": ".tly-scroll",  # a table's box: a table wider than the screen scrolls inside it
 }
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import html
+import re
 from html.parser import HTMLParser
+from urllib.parse import unquote
 
 import pandas as pd
 import pytest
@@ -10,7 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dashboard import markup
-from dashboard.markup import Card, Segment
+from dashboard.markup import Card, Line, Segment
+from dashboard.panels import note_positions, time_labels
+from tally.annotations import Annotation
 
 HOSTILE = [
     "/<img src=x onerror=window.__xss=1>",
@@ -114,3 +120,66 @@ def test_bar_segments_are_clamped_to_their_share_of_the_width() -> None:
 def test_an_empty_frame_is_a_table_with_its_header_only() -> None:
     elements = parsed(markup.table(pd.DataFrame({"Page": [], "visitors": []}), name="t"))
     assert elements.data == ["Page", "visitors"]
+
+
+@pytest.mark.parametrize(
+    ("largest", "top", "step"), [(6812.0, 8000.0, 2000.0), (100.0, 100.0, 20.0), (7.0, 8.0, 2.0), (0.0, 1.0, 0.25)]
+)
+def test_the_value_axis_ends_on_a_round_step_above_the_largest_value(largest: float, top: float, step: float) -> None:
+    assert markup.nice_top(largest) == (top, step)
+
+
+def chart(values: list[float | None], notes: list[tuple[float, str]] | None = None) -> str:
+    labels = [f"day {i}" for i in range(len(values))]
+    lines = [Line("Page views", "#1f77b4", values)]
+    return markup.line_chart(labels, lines, ticks=[0], tick_labels=["day 0"], x_title="Time (UTC)", notes=notes or [])
+
+
+def svg_of(body: str) -> str:
+    src = next(v for name, v in parsed(body).attributes if name == "src")
+    assert src and src.startswith("data:image/svg+xml,")
+    return unquote(src.removeprefix("data:image/svg+xml,"))
+
+
+def test_a_line_is_one_polyline_per_unbroken_run_of_values_in_a_stretched_svg_image() -> None:
+    svg = svg_of(chart([10.0, 20.0, None, 40.0, 30.0]))
+    assert 'preserveAspectRatio="none"' in svg and 'stroke="#1f77b4"' in svg
+    runs = re.findall(r'<polyline points="([^"]+)"', svg)
+    assert runs == ["0.0,750.0 250.0,500.0", "750.0,0.0 1000.0,250.0"]  # the axis tops at 40
+
+
+def test_every_bucket_tells_its_name_and_each_lines_value_on_hover() -> None:
+    titles = [v for name, v in parsed(chart([1234.4, None])).attributes if name == "title"]
+    assert titles == ["day 0\nPage views: 1,234", "day 1\nPage views: –"]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_text_in_a_note_or_label_is_text_and_never_reaches_the_svg(hostile: str) -> None:
+    body = markup.line_chart(
+        [hostile, hostile],
+        [Line(hostile, "#1f77b4", [1.0, 2.0])],
+        ticks=[0],
+        tick_labels=[hostile],
+        x_title=hostile,
+        notes=[(0.5, hostile), (1.5, "outside the range")],
+    )
+    elements = parsed(body)
+    assert set(elements.tags) <= {"div", "span", "i", "img"}
+    assert not [name for name, _ in elements.attributes if name.startswith("on") or name == "href"]
+    assert hostile in elements.data and "outside the range" not in body
+    assert hostile not in svg_of(body) and html.escape(hostile) not in svg_of(body)
+
+
+def test_days_are_labelled_by_date_and_hours_by_time_with_the_date_at_midnight() -> None:
+    days = pd.Series(pd.date_range("2026-09-01", periods=30, freq="D"))
+    names, ticks, labels = time_labels(days, "day")
+    assert names[0] == "Tue Sep 01, 2026" and ticks == list(range(0, 30, 5)) and labels[:2] == ["Sep 01", "Sep 06"]
+    hours = pd.Series(pd.date_range("2026-09-01 18:00", periods=12, freq="h"))
+    names, ticks, labels = time_labels(hours, "hour")
+    assert names[0] == "Tue Sep 01 18:00" and labels == ["18:00", "20:00", "22:00", "Sep 02", "02:00", "04:00"]
+
+
+def test_a_note_sits_at_its_days_start_along_the_axis() -> None:
+    days = pd.Series(pd.date_range("2026-09-01", periods=11, freq="D"))
+    notes = [Annotation("n1", "s", dt.date(2026, 9, 6), "launch", "2026-09-06T10:00:00Z", "ana")]
+    assert note_positions(days, notes) == [(0.5, "2026-09-06: launch")]
