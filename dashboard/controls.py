@@ -1,4 +1,4 @@
-"""The sidebar: site, date range, comparison, filters, goals and funnel steps.
+"""The sidebar: site, date range, comparison, and two menus: filters, and goals and funnel steps.
 
 Widgets start from the view in the URL and the chosen view is written back to the URL, so the
 address bar always holds a link to exactly what is on screen.
@@ -50,6 +50,13 @@ def step_candidates(pages: list[str], events: list[str], chosen: tuple[Step, ...
     return list(dict.fromkeys([*map(str, chosen), *(f"event:{e}" for e in events), *(f"page:{p}" for p in pages)]))
 
 
+# The filter and the goal pickers are in menus drawn only while open (a rerun opens one): a new tab
+# draws 4 controls instead of 13, about 0.15 s less (docs/BENCHMARKS.md, "Dashboard in a browser").
+# While a menu is closed, its part of the view is the URL's.
+FILTERS_OPEN = "filters_open"
+GOALS_OPEN = "goals_open"
+
+
 def sidebar(view: View, sites: list[str], ask: Asker, now: dt.datetime, *, timezone_of: Callable[[str], str]) -> View:
     """Render the controls; return the view they describe. Dates are the chosen site's days in its
     zone (``timezone_of``: ``sites[].timezone``), and every range label names the zone."""
@@ -79,36 +86,43 @@ def sidebar(view: View, sites: list[str], ask: Asker, now: dt.datetime, *, timez
     compare = bar.checkbox("Compare with the previous period", value=view.compare, key="compare")
     chosen_view = replace(view, site=site, preset=preset, start=start, end=end, compare=compare)
     days = Range(*chosen_view.dates(today))
-    values = picker_values(ask, site, days)
 
-    bar.subheader("Filters")
-    filters: dict[str, str] = {}
-    for key in FILTERS:
-        options = [ANY, *values[key].result()]
-        current = view.filters.get(key)
-        if current and current not in options:
-            options.append(current)
-        picked = bar.selectbox(key.capitalize(), options, index=_index(options, current), key=f"f_{key}")
-        if picked != ANY:
-            filters[key] = picked
-    bar.caption(
-        "A filter applies to every panel but custom properties; filtered figures are computed from raw events (exact)."
-    )
+    filters = dict(view.filters)  # as in the URL while the menu is closed
+    menu = bar.popover("Filters", key=FILTERS_OPEN, on_change="rerun", width="stretch")
+    if menu.open:
+        values = picker_values(ask, site, days)
+        filters = {}
+        for key in FILTERS:
+            options = [ANY, *values[key].result()]
+            current = view.filters.get(key)
+            if current and current not in options:
+                options.append(current)
+            picked = menu.selectbox(key.capitalize(), options, index=_index(options, current), key=f"f_{key}")
+            if picked != ANY:
+                filters[key] = picked
+        menu.caption(
+            "A filter applies to every panel but custom properties; filtered figures are computed from raw events"
+            " (exact)."
+        )
+    if filters:
+        bar.caption(f"Filtered by {', '.join(filters)}.")  # the keys only: a value may be a visitor's text
 
-    bar.subheader("Goals and funnel")
-    chosen_steps = (*view.goals, *view.funnel)
-    candidates = step_candidates(values["step_page"].result(), values["step_event"].result(), chosen_steps)
-    goals = bar.multiselect("Goals", candidates, default=[str(g) for g in view.goals], key="goals")
-    funnel = bar.multiselect(
-        f"Funnel steps (2–{MAX_FUNNEL_STEPS}, in order)",
-        candidates,
-        default=[str(s) for s in view.funnel],
-        max_selections=MAX_FUNNEL_STEPS,
-        key="funnel",
-    )
-    return replace(
-        chosen_view,
-        filters=filters,
-        goals=tuple(Step.parse(g) for g in goals),
-        funnel=tuple(Step.parse(s) for s in funnel),
-    )
+    goals, funnel = view.goals, view.funnel
+    menu = bar.popover("Goals and funnel", key=GOALS_OPEN, on_change="rerun", width="stretch")
+    if menu.open:
+        values = picker_values(ask, site, days)  # kept: a second call asks nothing again
+        chosen_steps = (*view.goals, *view.funnel)
+        candidates = step_candidates(values["step_page"].result(), values["step_event"].result(), chosen_steps)
+        picked_goals = menu.multiselect("Goals", candidates, default=[str(g) for g in view.goals], key="goals")
+        picked_steps = menu.multiselect(
+            f"Funnel steps (2–{MAX_FUNNEL_STEPS}, in order)",
+            candidates,
+            default=[str(s) for s in view.funnel],
+            max_selections=MAX_FUNNEL_STEPS,
+            key="funnel",
+        )
+        goals = tuple(Step.parse(g) for g in picked_goals)
+        funnel = tuple(Step.parse(s) for s in picked_steps)
+    if goals or funnel:
+        bar.caption(f"{len(goals)} goal(s), a funnel of {len(funnel)} step(s).")
+    return replace(chosen_view, filters=filters, goals=goals, funnel=funnel)

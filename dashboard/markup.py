@@ -40,6 +40,7 @@ table.tly-table{border-collapse:collapse;width:100%;font-size:.875rem}
 .tly-table th{position:sticky;top:0;background:inherit;font-weight:600}
 .tly-table td.tly-n,.tly-table th.tly-n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .tly-table td{max-width:28rem;overflow-wrap:anywhere}
+.tly-table td:not(.tly-n){min-width:6rem}
 .tly-bars{display:grid;grid-template-columns:3.5rem 1fr;gap:.3rem .5rem;align-items:center;font-size:.8rem}
 .tly-bar{display:flex;height:1.3rem;border-radius:.2rem;overflow:hidden}
 .tly-bar span{display:block;height:100%}

@@ -162,9 +162,15 @@ def figures(
     return report.totals(), report.series(grain)
 
 
+ANNOTATE_OPEN = "annotate_open"  # the annotation form's expander (its state key)
+
+
 def annotate(settings: Settings, site_id: str, today: dt.date, timezone: str) -> None:
     """A form under the chart to note something on a day (``tally annotate`` does the same)."""
-    with st.expander("Annotate a day"), st.form("annotate", clear_on_submit=True):
+    box = st.expander("Annotate a day", key=ANNOTATE_OPEN, on_change="rerun")
+    if not box.open:
+        return  # the form is drawn only when asked for: a new tab draws one element, not four
+    with box, st.form("annotate", clear_on_submit=True):
         day = st.date_input(f"Day ({timezone})", value=today, max_value=today + dt.timedelta(days=366))
         text = st.text_input("Note", max_chars=MAX_TEXT, placeholder="launched the pricing page", key="annotation_text")
         if st.form_submit_button("Add to the chart") and isinstance(day, dt.date):

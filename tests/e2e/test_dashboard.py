@@ -154,7 +154,9 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
 
     assert page.evaluate("window.__xss") is None and not dialogs, "a hostile string ran as code"
     assert page.locator("img[src='x'], img[src='y']").count() == 0, "a hostile string became an element"
-    page.get_by_label("Page").first.click()  # the page filter lists the hostile path as plain text
+    page.locator("[data-testid='stSidebar']").get_by_role("button", name="Filters").click()
+    # the page filter (in the Filters menu, drawn once open) lists the hostile path as plain text
+    page.locator("[data-testid='stPopoverBody']").get_by_label("Page").click()
     page.get_by_text("/<img src=x onerror=window.__xss=1>", exact=True).first.wait_for(timeout=30000)
     assert page.evaluate("window.__xss") is None and not dialogs
 

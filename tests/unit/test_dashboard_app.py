@@ -11,6 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 import dashboard.login
 from dashboard.auth import write_file_users
+from dashboard.controls import FILTERS_OPEN, GOALS_OPEN
+from dashboard.page import ANNOTATE_OPEN
 from dashboard.passwords import hash_password
 from dashboard.sessions import Sessions
 from dashboard.top_tables import TOP_TAB_KEY
@@ -64,6 +66,9 @@ def test_a_logged_in_user_sees_the_report_with_an_empty_warehouse(settings: Sett
 
 def test_an_annotation_made_on_the_page_is_kept_for_the_chart_and_the_api(settings: Settings) -> None:
     app = logged_in(settings).run()
+    assert not app.text_input, "the form is drawn only once asked for"
+    app.session_state[ANNOTATE_OPEN] = True  # what opening "Annotate a day" does
+    app.run()
     app.text_input(key="annotation_text").input("launched the pricing page")
     next(b for b in app.button if b.label == "Add to the chart").click().run()
     assert not app.exception
@@ -156,3 +161,43 @@ def test_the_top_tables_draw_only_the_open_tab_and_picking_another_draws_its_tab
     titles = markup_reader.titles(app)
     assert {"Browsers", "Operating systems", "Devices"} <= set(titles)
     assert "Top pages" not in titles
+
+
+def test_the_filter_menu_draws_its_pickers_only_when_open_and_the_urls_filter_holds_while_closed(
+    settings: Settings,
+) -> None:
+    app = logged_in(settings)
+    app.query_params["f_country"] = "DE"
+    app.run()
+    assert not app.exception
+    assert [s.label for s in app.sidebar.selectbox] == ["Site", "Date range"], "no picker drawn while closed"
+    assert app.query_params["f_country"] == "DE"
+    assert [c.value for c in app.sidebar.caption if c.value.startswith("Filtered by")] == ["Filtered by country."]
+
+    app.session_state[FILTERS_OPEN] = True  # what opening the menu does
+    app.run()
+    assert not app.exception
+    pickers = {s.label: s for s in app.selectbox if s.key and s.key.startswith("f_")}
+    assert list(pickers) == ["Page", "Source", "Country", "Region", "City", "Device", "Browser"]
+    assert pickers["Country"].value == "DE", "the picker starts from the URL's filter"
+    pickers["Country"].set_value("(any)").run()
+    assert not app.exception
+    assert "f_country" not in app.query_params
+    assert not [c for c in app.sidebar.caption if c.value.startswith("Filtered by")]
+
+
+def test_the_goals_menu_draws_its_pickers_only_when_open_and_keeps_the_urls_goals_while_closed(
+    settings: Settings,
+) -> None:
+    app = logged_in(settings)
+    app.query_params["goals"] = "page:/pricing"
+    app.run()
+    assert not app.exception and not app.multiselect
+    assert app.query_params["goals"] == "page:/pricing"
+    assert any("1 goal(s)" in c.value for c in app.sidebar.caption)
+
+    app.session_state[GOALS_OPEN] = True
+    app.run()
+    assert not app.exception
+    assert [m.label for m in app.multiselect] == ["Goals", "Funnel steps (2–5, in order)"]
+    assert app.multiselect(key="goals").value == ["page:/pricing"]
