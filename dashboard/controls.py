@@ -51,7 +51,7 @@ def step_candidates(pages: list[str], events: list[str], chosen: tuple[Step, ...
 
 
 # The filter and the goal pickers are in menus drawn only while open (a rerun opens one): a new tab
-# draws 4 controls instead of 13, about 0.15 s less (docs/BENCHMARKS.md, "Dashboard in a browser").
+# draws 2 menu buttons instead of 9 pickers, about 0.15 s less of a warm load (docs/DASHBOARD.md).
 # While a menu is closed, its part of the view is the URL's.
 FILTERS_OPEN = "filters_open"
 GOALS_OPEN = "goals_open"

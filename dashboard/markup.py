@@ -1,9 +1,9 @@
 """The report's figures as HTML: each panel one ``st.html`` block instead of a dozen Streamlit elements.
 
 A browser draws a page's elements one by one (React components, CSS-in-JS, a canvas grid per
-``st.dataframe``); a warm page of about 70 of them took 2.3 s against 0.66 s for a bare Streamlit
-page, most of it drawing (docs/BENCHMARKS.md, "Dashboard in a browser"). A table or a row of figures
-written as plain HTML is one element, drawn by the browser's own layout.
+``st.dataframe``); a warm page of about 70 of them took 1.6 s against 0.5 s for a bare Streamlit
+page, most of it drawing (docs/BENCHMARKS.md, "Dashboard in a browser before the HTML panels"). A
+table or a row of figures written as plain HTML is one element, drawn by the browser's own layout.
 
 Every text shown here is escaped (``html.escape``, quotes included), so attacker-controlled text
 (page paths, referrers, event names, property values) is shown as text, never read as markup;
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -22,7 +23,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-# Streamlit's theme colours where it sets them (light or dark), neutral greys otherwise.
+# Colours that read on Streamlit's light and dark themes alike (greys as half-transparent black).
 CSS = """<style>
 .tly-cards{display:grid;grid-template-columns:repeat(var(--tly-n),minmax(0,1fr));gap:.75rem;margin:.25rem 0 .5rem}
 @media (max-width:640px){.tly-cards{grid-template-columns:repeat(2,minmax(0,1fr))}}
@@ -37,7 +38,7 @@ CSS = """<style>
 .tly-scroll{max-height:26rem;overflow:auto}
 table.tly-table{border-collapse:collapse;width:100%;font-size:.875rem}
 .tly-table th,.tly-table td{padding:.2rem .5rem;border-bottom:1px solid rgba(128,128,128,.25);text-align:left}
-.tly-table th{position:sticky;top:0;background:inherit;font-weight:600}
+.tly-table th{font-weight:600}
 .tly-table td.tly-n,.tly-table th.tly-n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .tly-table td{max-width:28rem;overflow-wrap:anywhere}
 .tly-table td:not(.tly-n){min-width:6rem}
@@ -65,24 +66,38 @@ def text(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-Format = Literal["number", "percent", "text"]
+Format = Literal["whole", "number", "percent", "text"]
+COLOUR = re.compile(
+    r"#[0-9a-fA-F]{6}"
+)  # the only colours drawn: they go into style attributes, which escaping does not guard
+
+
+def colour(value: str) -> str:
+    """``value``, checked to be a ``#rrggbb`` colour (a programmer's constant, never a visitor's text)."""
+    assert COLOUR.fullmatch(value), f"not a #rrggbb colour: {value!r}"
+    return value
 
 
 def cell(value: object, kind: Format = "number") -> str:
-    """One table cell's text, as people read it: ``12,345``, ``3.25``, ``42.0%``; missing values ``–``."""
+    """One table cell's text, as people read it: ``12,345`` (whole), ``3.25`` (number), ``42.0%``
+    (percent); missing values ``–``."""
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT:
         return EMPTY
+    if hasattr(value, "item") and not isinstance(value, int | float | str):  # a numpy scalar
+        return cell(value.item(), kind)
     if kind == "percent" and isinstance(value, int | float):
         return f"{value:.1%}"
     if isinstance(value, bool) or kind == "text":
         return text(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.0f}" if value.is_integer() and abs(value) >= 1000 else f"{value:,.2f}"
-    if hasattr(value, "item"):  # a numpy scalar
-        return cell(value.item(), kind)
+    if isinstance(value, int | float):
+        return f"{value:,.0f}" if kind == "whole" else f"{value:,.2f}"
     return text(value)
+
+
+def _whole_numbers(series: pd.Series) -> bool:
+    """Whether every value of a numeric column is a whole number (counts; a gap makes a column float)."""
+    values = series.dropna()
+    return bool(pd.api.types.is_integer_dtype(series) or (values == values.round()).all())
 
 
 def _is_number(series: pd.Series) -> bool:
@@ -94,7 +109,12 @@ def table(frame: pd.DataFrame, *, name: str, percent: Collection[str] = ()) -> s
     scrolls past about 15 rows. ``percent`` names the columns holding fractions shown as %."""
     numeric = {c for c in frame.columns if _is_number(frame[c])}
     kinds: dict[object, Format] = {
-        c: "percent" if c in percent else "number" if c in numeric else "text" for c in frame.columns
+        c: "percent"
+        if c in percent
+        else ("whole" if _whole_numbers(frame[c]) else "number")
+        if c in numeric
+        else "text"
+        for c in frame.columns
     }
     head = "".join(f"<th{' class=tly-n' if c in numeric else ''}>{text(c)}</th>" for c in frame.columns)
     rows = []
@@ -152,7 +172,7 @@ def cards(shown: Sequence[Card], *, per_row: int) -> str:
     parts = []
     for c in shown:
         hint = f' title="{text(c.help)}"' if c.help else ""
-        band = f'<div style="color:{text(c.colour)}">{text(c.band)}</div>' if c.band else ""
+        band = f'<div style="color:{colour(c.colour)}">{text(c.band)}</div>' if c.band else ""
         parts.append(
             f'<div class="tly-card" data-kpi="{text(c.label)}"{hint}><span class="tly-label">{text(c.label)}</span>'
             f'<span class="tly-value" data-value>{text(c.value)}</span>{_change(c)}{band}</div>'
@@ -174,12 +194,12 @@ def bars(rows: Sequence[tuple[str, Sequence[Segment]]], legend: Sequence[tuple[s
     lines = []
     for label, segments in rows:
         spans = "".join(
-            f'<span style="width:{max(0.0, min(100.0, s.share)):.2f}%;background:{text(s.colour)}"'
+            f'<span style="width:{max(0.0, min(100.0, s.share)):.2f}%;background:{colour(s.colour)}"'
             f' title="{text(s.label)}: {s.share:.1f}%"></span>'
             for s in segments
         )
         lines.append(f'<div>{text(label)}</div><div class="tly-bar" data-bar="{text(label)}">{spans}</div>')
-    keys = "".join(f'<span><i style="background:{text(c)}"></i>{text(n)}</span>' for n, c in legend)
+    keys = "".join(f'<span><i style="background:{colour(c)}"></i>{text(n)}</span>' for n, c in legend)
     return f'<div class="tly-bars">{"".join(lines)}</div><div class="tly-legend">{keys}</div>'
 
 
@@ -199,13 +219,12 @@ class Line:
 
 
 def nice_top(largest: float) -> tuple[float, float]:
-    """The top of a value axis from 0 over ``largest`` and its step: 1, 2 or 5 times a power of ten, 4–5 steps."""
-    if largest <= 0:
-        return 1.0, 0.25
-    raw = largest / 5
+    """The top of a count axis from 0 over ``largest`` and its step: 1, 2 or 5 times a power of ten (1 at
+    least: counts are whole), about 5 steps."""
+    raw = max(largest / 5, 1.0)
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    return step * math.ceil(largest / step), step
+    return step * max(1, math.ceil(largest / step)), step
 
 
 def _position(i: int, n: int) -> float:
@@ -262,13 +281,13 @@ def line_chart(
         for k in range(round(top / step) + 1)
     )
     paths = "".join(
-        f'<polyline points="{points}" fill="none" stroke="{text(line.colour)}" stroke-width="2"'
+        f'<polyline points="{points}" fill="none" stroke="{colour(line.colour)}" stroke-width="2"'
         ' vector-effect="non-scaling-stroke"/>'
         for line in lines
         for points in _polylines(line.values, top)
     )
     y_labels = "".join(
-        f'<span class="tly-y" style="bottom:{100 * k * step / top:.2f}%">{cell(k * step)}</span>'
+        f'<span class="tly-y" style="bottom:{100 * k * step / top:.2f}%">{cell(k * step, "whole")}</span>'
         for k in range(round(top / step) + 1)
     )
     x_labels = "".join(
@@ -288,7 +307,9 @@ def line_chart(
         for f, words in notes
         if 0 <= f <= 1
     )
-    legend = "".join(f'<span><i style="background:{text(line.colour)}"></i>{text(line.name)}</span>' for line in lines)
+    legend = "".join(
+        f'<span><i style="background:{colour(line.colour)}"></i>{text(line.name)}</span>' for line in lines
+    )
     return (
         f'<div class="tly-chart" data-chart><div class="tly-legend">{legend}</div><div class="tly-plot">'
         f'<img class="tly-lines" alt="" src="{svg_image(grid_lines + paths)}">'

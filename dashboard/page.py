@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pandas as pd
 import streamlit as st
 
-from dashboard import health, panels, top_tables, vitals_panel
+from dashboard import health, panels, series_chart, top_tables, vitals_panel
 from dashboard.answers import EVERY_TABLE, AnswerCache, AnsweredReport, Asker, filters_key
 from dashboard.controls import sidebar
 from dashboard.view import View, ViewError, from_query, range_label, to_query
@@ -297,7 +297,7 @@ def show(
             )
         panels.kpis(current, before_totals, shown.exact, meaning, live=live)
         notes = annotations_for(settings, view.site, days.start, days.end)
-        panels.time_series(series, before_series, grain, notes, timezone=zone)
+        series_chart.time_series(series, before_series, grain, notes, timezone=zone)
         data_age(health.newest_window(ask, view.site, now.date()).result(), now, refresh, zone)
         return current
 

@@ -1,5 +1,5 @@
-"""The report panels: realtime, KPIs, time series, top tables, goals, custom properties, funnel,
-performance, health.
+"""The report panels: realtime, KPIs, top tables, goals, custom properties, funnel, performance,
+health (the time series is :mod:`dashboard.series_chart`).
 
 Figures and tables are drawn as HTML (:mod:`dashboard.markup`: one element per panel, not one per
 figure), which escapes every text: attacker-controlled text (URLs, referrers, event names) is shown
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import math
 
 import pandas as pd
 import streamlit as st
@@ -19,14 +18,13 @@ from dashboard import markup
 from dashboard.answers import AnsweredReport, AnsweredVitals
 from dashboard.export import safe_csv
 from dashboard.health import HealthFigures
-from dashboard.markup import Card, Line
+from dashboard.markup import Card
 from dashboard.view import View
 from query import freshness
 from query.aggregates import AggregateReport, Aggregates, Range, Totals, realtime_visitors
 from query.goals import Step
 from query.report import Report
 from query.zoned import ZonedReport
-from tally.annotations import Annotation
 from tally.lag import describe_lag
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.settings import Settings
@@ -135,78 +133,11 @@ def kpis(current: Totals, previous: Totals | None, exact: bool, meaning: str, *,
     st.html(markup.block(*parts))
 
 
-def wall_clock(times: pd.Series, timezone: str) -> pd.Series:
-    """Bucket starts as the site's wall-clock times (naive), so the chart's axis reads in its zone
-    whatever the browser's zone: Vega-Lite shows a time without an offset as written."""
-    times = pd.to_datetime(times)
-    if times.dt.tz is None:
-        return times
-    return times.dt.tz_convert(timezone).dt.tz_localize(None)
-
-
-SERIES_COLOURS = {"Page views": "#1f77b4", "Visitors": "#ff7f0e", "Page views (previous period)": "#aec7e8"}
-TIME_TICKS = 7  # labels on the time axis, at most
-
-
-def time_labels(times: pd.Series, grain: str) -> tuple[list[str], list[int], list[str]]:
-    """Each bucket's name (shown on hover), the buckets labelled on the axis (about :data:`TIME_TICKS`,
-    evenly spaced) and their labels: ``Sep 06`` by day; ``14:00`` by hour, the date at midnight."""
-    stamps = [pd.Timestamp(t) for t in times]
-    hourly = grain == "hour"
-    names = [f"{t:%a %b %d %H:%M}" if hourly else f"{t:%a %b %d, %Y}" for t in stamps]
-    every = max(1, math.ceil(len(stamps) / TIME_TICKS))
-    ticks = list(range(0, len(stamps), every))
-    labels = [f"{stamps[i]:%b %d}" if not hourly or stamps[i].hour == 0 else f"{stamps[i]:%H:%M}" for i in ticks]
-    return names, ticks, labels
-
-
-def note_positions(times: pd.Series, notes: list[Annotation]) -> list[tuple[float, str]]:
-    """Each annotation's place along the time axis (0–1, the start of its day) and its text."""
-    if len(times) < 2:
-        return []
-    first, last = pd.Timestamp(times.iloc[0]), pd.Timestamp(times.iloc[-1])
-    span = (last - first).total_seconds()
-    return [((pd.Timestamp(n.day) - first).total_seconds() / span, f"{n.day}: {n.text}") for n in notes]
-
-
-def time_series(
-    current: pd.DataFrame,
-    previous: pd.DataFrame | None,
-    grain: str,
-    notes: list[Annotation] | None = None,
-    *,
-    timezone: str = "UTC",
-) -> None:
-    """Page views and visitors per bucket (the site's local hours or dates, ``timezone``), the previous
-    period overlaid on the same axis, and the range's annotations as dashed rules with their text;
-    drawn as HTML and SVG (:func:`dashboard.markup.line_chart`: a Vega chart cost a new tab about
-    0.25 s, docs/BENCHMARKS.md), every text escaped."""
-    st.subheader(f"Page views and visitors per {grain}")
-    times = wall_clock(current["time"], timezone)
-    series = {"Page views": current["pageviews"], "Visitors": current["visitors"]}
-    if previous is not None and len(previous) == len(current):
-        series["Page views (previous period)"] = previous["pageviews"]
-    lines = [
-        Line(name, SERIES_COLOURS[name], [None if pd.isna(v) else float(v) for v in values])
-        for name, values in series.items()
-    ]
-    names, ticks, labels = time_labels(times, grain)
-    chart = markup.line_chart(
-        names,
-        lines,
-        ticks=ticks,
-        tick_labels=labels,
-        x_title=f"Time ({timezone})",
-        notes=note_positions(times, notes or []),
-    )
-    st.html(markup.block(chart))
-
-
-def csv_button(frame: pd.DataFrame, name: str, title: str = "") -> None:
+def csv_button(frame: pd.DataFrame, name: str, title: str) -> None:
     """The CSV download of a panel's table (formula-safe). The file is made when the button is clicked,
     not on every page run (a page has a dozen tables), and the click does not rerun the page."""
     st.download_button(
-        f"{title} (CSV)" if title else "CSV",
+        f"{title} (CSV)",
         functools.partial(safe_csv, frame),
         file_name=f"{name}.csv",
         mime="text/csv",
@@ -253,7 +184,12 @@ def events_and_goals(report: Report, totals: Totals, goals: tuple[Step, ...]) ->
         if not report.exact:
             parts.append(markup.note("Conversion rate = ≈ goal visitors / ≈ all visitors (both HLL estimates)."))
     else:
-        parts.append(markup.note("Add goals (a page or a custom event) in the sidebar to see their conversion rates."))
+        parts.append(
+            markup.note(
+                "Add goals (a page or a custom event) in the sidebar's Goals and funnel menu to see their conversion"
+                " rates."
+            )
+        )
     st.html(markup.block(*parts))
     downloads = [(shown, "events", "Custom events"), (frame, "goals", "Goals")]
     for (data, key, title), column in zip(downloads, st.columns(2) if goals else [st.container()], strict=False):
@@ -298,7 +234,10 @@ def custom_properties(report: AggregateReport | ZonedReport | AnsweredReport, *,
 def funnel(raw_report: Report | None, steps: tuple[Step, ...]) -> None:
     st.subheader("Funnel")
     if len(steps) < 2:
-        st.caption("Pick 2 to 5 steps in the sidebar: visitors who did step 1, then step 2, … (from raw events).")
+        st.caption(
+            "Pick 2 to 5 steps in the sidebar's Goals and funnel menu: visitors who did step 1, then step 2, … (from"
+            " raw events)."
+        )
         return
     assert raw_report is not None and hasattr(raw_report, "funnel")
     frame = raw_report.funnel(steps)
@@ -364,7 +303,7 @@ def data_health(settings: Settings, figures: HealthFigures, *, every_site: bool)
                 " and the archiver log; Kafka keeps messages for `kafka.retention_hours` only."
             )
         late = f"{figures.late_events.result():,}"
-        shown.append(Card("Late events in range, every site", late, help="Fixed by `tally backfill`."))
+        shown.append(Card("Late events in range, every site", late, help="Fixed by tally backfill."))
         checks = figures.checks.result().head(50)
         title = "Data-quality checks, every site (newest per table, partition and check; failures first)"
         parts.append(markup.titled(title, markup.table(checks, name="checks")))

@@ -22,9 +22,8 @@ from query.vitals import P75_RANK_ERROR, VitalFigures
 from tally.settings import Settings
 from tally.vitals import BANDS, VITALS, Band, Vital
 
-# Google's own colours for the bands (PageSpeed Insights, CrUX), and Streamlit's nearest text colours.
+# Google's own colours for the bands (PageSpeed Insights, CrUX).
 BAND_COLOURS: dict[Band, str] = {"good": "#0cce6b", "needs_improvement": "#ffa400", "poor": "#ff4e42"}
-BAND_TEXT_COLOURS: dict[Band, str] = {"good": "green", "needs_improvement": "orange", "poor": "red"}
 BAND_LABELS: dict[Band, str] = {"good": "Good", "needs_improvement": "Needs improvement", "poor": "Poor"}
 VITAL_TITLES = {
     "lcp": "Largest Contentful Paint",

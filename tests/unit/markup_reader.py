@@ -17,6 +17,7 @@ class _Reader(HTMLParser):
         self.tables: dict[str, list[list[str]]] = {}
         self.words: list[str] = []
         self.titles: list[str] = []
+        self.charts = 0  # line charts and band bars drawn
         self._in_title = False
         self._card: str | None = None
         self._in_value = False
@@ -30,6 +31,8 @@ class _Reader(HTMLParser):
         a = dict(attrs)
         if tag == "style":
             self._style = True
+        if "data-chart" in a or a.get("class") == "tly-bars":
+            self.charts += 1
         if tag == "div" and a.get("class") == "tly-title":
             self._in_title = True
             self.titles.append("")
@@ -114,9 +117,9 @@ def titles(app: Any) -> list[str]:
 
 
 def figures_shown(app: Any) -> bool:
-    """Whether any figure is on the page: a Streamlit metric or table, or a card or table of ours."""
+    """Whether any figure is on the page: a Streamlit metric or table, or a card, table or chart of ours."""
     reader = _read(app)
-    return bool(app.metric or app.dataframe or reader.cards or reader.tables)
+    return bool(app.metric or app.dataframe or reader.cards or reader.tables or reader.charts)
 
 
 def text(app: Any) -> str:

@@ -76,6 +76,7 @@ def test_an_annotation_made_on_the_page_is_kept_for_the_chart_and_the_api(settin
     assert [(n.site_id, n.text, n.author) for n in notes] == [
         ("demo.tally.local", "launched the pricing page", "dashboard")
     ]
+    assert f"{notes[0].day}: launched the pricing page" in markup_reader.text(app), "the chart shows the note"
 
 
 def test_a_user_cannot_open_a_site_not_granted_by_editing_the_url(settings: Settings) -> None:
@@ -180,10 +181,29 @@ def test_the_filter_menu_draws_its_pickers_only_when_open_and_the_urls_filter_ho
     pickers = {s.label: s for s in app.selectbox if s.key and s.key.startswith("f_")}
     assert list(pickers) == ["Page", "Source", "Country", "Region", "City", "Device", "Browser"]
     assert pickers["Country"].value == "DE", "the picker starts from the URL's filter"
-    pickers["Country"].set_value("(any)").run()
+    app.session_state[FILTERS_OPEN] = False  # closed again, nothing picked: the URL's filter holds
+    app.run()
+    assert app.query_params["f_country"] == "DE" and not [s for s in app.selectbox if s.key == "f_country"]
+
+    app.session_state[FILTERS_OPEN] = True
+    app.run()
+    app.selectbox(key="f_country").set_value("(any)").run()
     assert not app.exception
     assert "f_country" not in app.query_params
+    app.session_state[FILTERS_OPEN] = False  # closed after the pick: the pick holds
+    app.run()
+    assert "f_country" not in app.query_params
     assert not [c for c in app.sidebar.caption if c.value.startswith("Filtered by")]
+
+
+def test_a_filter_value_from_the_url_is_never_shown_as_markdown(settings: Settings) -> None:
+    app = logged_in(settings)
+    app.query_params["f_page"] = "[log in again](https://evil.example/) <img src=x onerror=alert(1)>"
+    app.run()
+    assert not app.exception
+    shown = [e.value for e in (*app.markdown, *app.caption, *app.info, *app.warning, *app.error)]
+    assert not [v for v in shown if "evil.example" in v or "onerror" in v], shown
+    assert "Filtered by page." in [c.value for c in app.sidebar.caption]
 
 
 def test_the_goals_menu_draws_its_pickers_only_when_open_and_keeps_the_urls_goals_while_closed(

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dashboard import markup
 from dashboard.markup import Card, Line, Segment
-from dashboard.panels import note_positions, time_labels
+from dashboard.series_chart import note_positions, time_labels
 from tally.annotations import Annotation
 
 HOSTILE = [
@@ -62,7 +62,7 @@ def test_hostile_text_in_a_table_is_shown_as_text_and_makes_no_element(hostile: 
 
 @given(st.text())
 def test_any_text_in_a_card_is_one_card_whose_value_reads_back_as_given(value: str) -> None:
-    elements = parsed(markup.cards([Card(value, value, help=value, band=value, colour=value)], per_row=3))
+    elements = parsed(markup.cards([Card(value, value, help=value, band=value, colour="#0cce6b")], per_row=3))
     assert elements.tags == ["div", "div", "span", "span"] + (["div"] if value else [])  # a band only when given
     assert [v for name, v in elements.attributes if name == "data-kpi"] == [value]
     assert [v for name, v in elements.attributes if name == "title"] == ([value] if value else [])
@@ -87,6 +87,19 @@ def test_numbers_read_with_thousands_separators_fractions_as_percent_and_gaps_as
         "–",
         "2.25",
     ]
+
+
+def test_a_count_column_with_a_gap_still_reads_as_whole_numbers() -> None:
+    frame = pd.DataFrame({"Page": ["/a", "/b"], "Scroll depth %": [60, None]})  # the gap makes the column float
+    assert parsed(markup.table(frame, name="t")).data[-3:] == ["60", "/b", "–"]
+
+
+@pytest.mark.parametrize("bad", ["red;background:url(//evil.example)", "#12345", "#0cce6b;x:y", "blue"])
+def test_a_colour_that_is_not_rrggbb_is_refused_before_it_reaches_a_style(bad: str) -> None:
+    with pytest.raises(AssertionError, match="rrggbb"):
+        markup.cards([Card("LCP p75", "2 s", band="Good", colour=bad)], per_row=3)
+    with pytest.raises(AssertionError, match="rrggbb"):
+        markup.bars([("LCP", [Segment("Good", 50.0, bad)])], [])
 
 
 def test_numbers_align_right_and_text_left() -> None:
@@ -123,7 +136,8 @@ def test_an_empty_frame_is_a_table_with_its_header_only() -> None:
 
 
 @pytest.mark.parametrize(
-    ("largest", "top", "step"), [(6812.0, 8000.0, 2000.0), (100.0, 100.0, 20.0), (7.0, 8.0, 2.0), (0.0, 1.0, 0.25)]
+    ("largest", "top", "step"),
+    [(6812.0, 8000.0, 2000.0), (100.0, 100.0, 20.0), (7.0, 8.0, 2.0), (3.0, 3.0, 1.0), (0.0, 1.0, 1.0)],
 )
 def test_the_value_axis_ends_on_a_round_step_above_the_largest_value(largest: float, top: float, step: float) -> None:
     assert markup.nice_top(largest) == (top, step)

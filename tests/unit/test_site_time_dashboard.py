@@ -11,8 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 import dashboard.login
 from dashboard.auth import write_file_users
-from dashboard.panels import wall_clock
 from dashboard.passwords import hash_password
+from dashboard.series_chart import wall_clock
 from dashboard.sessions import Sessions
 from dashboard.view import range_label
 from tally.settings import DashboardUser, Settings, load_settings
