@@ -39,12 +39,19 @@ def time_labels(times: pd.Series, grain: str) -> tuple[list[str], list[int], lis
 
 
 def note_positions(times: pd.Series, notes: list[Annotation]) -> list[tuple[float, str]]:
-    """Each annotation's place along the time axis (0–1, the start of its day) and its text."""
-    if len(times) < 2:
+    """Each annotation's place along the time axis (0–1: the first bucket of its day, placed as the
+    lines' points are, by bucket, so a day of 23 or 25 hours does not shift it) and its text; a note
+    on a day the axis does not reach is left out."""
+    stamps = [pd.Timestamp(t) for t in times]
+    if len(stamps) < 2:
         return []
-    first, last = pd.Timestamp(times.iloc[0]), pd.Timestamp(times.iloc[-1])
-    span = (last - first).total_seconds()
-    return [((pd.Timestamp(n.day) - first).total_seconds() / span, f"{n.day}: {n.text}") for n in notes]
+    placed = []
+    for n in notes:
+        day = pd.Timestamp(n.day)
+        first = next((i for i, t in enumerate(stamps) if t >= day), None)
+        if first is not None and stamps[first] < day + pd.Timedelta(days=1):
+            placed.append((first / (len(stamps) - 1), f"{n.day}: {n.text}"))
+    return placed
 
 
 def time_series(

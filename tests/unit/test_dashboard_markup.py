@@ -197,3 +197,14 @@ def test_a_note_sits_at_its_days_start_along_the_axis() -> None:
     days = pd.Series(pd.date_range("2026-09-01", periods=11, freq="D"))
     notes = [Annotation("n1", "s", dt.date(2026, 9, 6), "launch", "2026-09-06T10:00:00Z", "ana")]
     assert note_positions(days, notes) == [(0.5, "2026-09-06: launch")]
+    assert note_positions(days[:3], notes) == [], "a day the axis does not reach"
+
+
+def test_on_an_hourly_axis_across_a_clock_change_a_note_sits_on_its_days_first_hour() -> None:
+    # Europe/Berlin's wall clock on 2026-10-25: 02:00 comes twice, so the day has 25 hourly buckets
+    utc = pd.date_range("2026-10-24 22:00", periods=49, freq="h", tz="UTC")
+    local = pd.Series(utc.tz_convert("Europe/Berlin").tz_localize(None))
+    notes = [Annotation("n1", "s", dt.date(2026, 10, 26), "after the change", "2026-10-26T10:00:00Z", "ana")]
+    ((position, _),) = note_positions(local, notes)
+    first = next(i for i, t in enumerate(local) if t >= pd.Timestamp("2026-10-26"))
+    assert first == 25 and position == first / 48
