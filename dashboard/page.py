@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
+import duckdb
 import pandas as pd
 import streamlit as st
 
@@ -16,6 +18,7 @@ from dashboard.controls import sidebar
 from dashboard.view import View, ViewError, from_query, range_label, to_query
 from query.aggregates import Aggregates, Range, Totals
 from query.raw import RawQuery
+from query.raw_events import MEMORY_LIMIT
 from query.report import Report
 from query.site_time import local_time, local_today
 from query.sources import Sources
@@ -191,6 +194,30 @@ def data_age(last: dt.datetime | None, now: dt.datetime, refresh: int, timezone:
     st.caption(f"Live: {age}{every} · as of {local_time(now, timezone):%H:%M:%S} {timezone}")
 
 
+TOO_MANY_EVENTS = (
+    "This filtered range holds more raw events than one question may sessionise in memory"
+    f" (query.raw_events.MEMORY_LIMIT, {MEMORY_LIMIT}). Pick a shorter range, or remove the filters: unfiltered"
+    " figures come from the aggregate views, which have no such limit."
+)
+
+
+@contextmanager
+def within_memory(view: View) -> Iterator[None]:
+    """Say what to do when a filtered page's raw events do not fit the memory one question may take
+    (DuckDB refuses past ``MEMORY_LIMIT``; measured: a 90-day page of 10M events), instead of a
+    traceback; the rest of the page is not drawn."""
+    try:
+        yield
+    except duckdb.OutOfMemoryException:
+        log.warning(
+            "a filtered page's raw events did not fit in memory",
+            extra=kv(site=view.site, filters=",".join(view.filters), limit=MEMORY_LIMIT),
+            exc_info=True,
+        )
+        st.error(TOO_MANY_EVENTS)
+        st.stop()
+
+
 def in_fragment(allowed: Callable[[], bool] | None, draw: Callable[[], None]) -> None:
     """Run ``draw`` as a fragment: a widget in it (a tab picked) reruns it alone. Each such rerun first
     asks ``allowed``, as the live figures do (the page run itself has just passed the gate)."""
@@ -280,6 +307,10 @@ def show(
     def headline() -> Totals:
         if allowed is not None and not allowed():
             st.rerun(scope="app")  # the gate shows the login form or the refusal
+        with within_memory(view):
+            return live_figures()
+
+    def live_figures() -> Totals:
         now = dt.datetime.now(dt.UTC)
         shown, before = (
             (report, previous) if first_run[0] else page_reports(settings, ask, sources, view, days, today)[:2]
@@ -302,19 +333,20 @@ def show(
         return current
 
     current = headline()
-    if not read_only:
-        annotate(settings, view.site, today, zone)
-    shown_vitals = vitals_panel.read(vitals)
-    in_fragment(allowed, lambda: top_tables.top_tables(report, shown_vitals.scroll_depths()))
-    panels.events_and_goals(report, current, view.goals)
-    panels.custom_properties(views, filtered=view.filtered)
-    panels.funnel(raw, view.funnel)
-    panels.performance(current, report.exact)
-    vitals_panel.core_web_vitals(
-        shown_vitals,
-        tag=vitals_panel.vitals_tag(settings, view.site),
-        breakdowns_in=lambda draw: in_fragment(allowed, draw),
-    )
-    panels.data_health(settings, checks, every_site=every_site)
+    with within_memory(view):
+        if not read_only:
+            annotate(settings, view.site, today, zone)
+        shown_vitals = vitals_panel.read(vitals)
+        in_fragment(allowed, lambda: top_tables.top_tables(report, shown_vitals.scroll_depths()))
+        panels.events_and_goals(report, current, view.goals)
+        panels.custom_properties(views, filtered=view.filtered)
+        panels.funnel(raw, view.funnel)
+        panels.performance(current, report.exact)
+        vitals_panel.core_web_vitals(
+            shown_vitals,
+            tag=vitals_panel.vitals_tag(settings, view.site),
+            breakdowns_in=lambda draw: in_fragment(allowed, draw),
+        )
+        panels.data_health(settings, checks, every_site=every_site)
     st.caption(f"Figures as of {local_time(now, zone):%H:%M:%S} ({zone}).")
     return view

@@ -221,3 +221,20 @@ def test_the_goals_menu_draws_its_pickers_only_when_open_and_keeps_the_urls_goal
     assert not app.exception
     assert [m.label for m in app.multiselect] == ["Goals", "Funnel steps (2–5, in order)"]
     assert app.multiselect(key="goals").value == ["page:/pricing"]
+
+
+def test_a_page_whose_raw_events_do_not_fit_in_memory_says_what_to_do_instead_of_a_traceback(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import duckdb
+
+    import dashboard.page
+
+    def too_many(*_: object) -> None:
+        raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block (1.8 GiB/1.8 GiB used)")
+
+    monkeypatch.setattr(dashboard.page, "figures", too_many)  # what a 90-day filtered page of 10M events raised
+    app = logged_in(settings).run()
+    assert not app.exception, "no traceback"
+    assert [e.value for e in app.error] == [dashboard.page.TOO_MANY_EVENTS]
+    assert "Pick a shorter range" in dashboard.page.TOO_MANY_EVENTS
