@@ -197,6 +197,11 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         help="events in the dashboard's data set (default 10M over 90 days; a smaller one builds sooner)",
     )
+    parser.add_argument(
+        "--browser-no-filter",
+        action="store_true",
+        help="leave out the browser bench's filter changes (a filtered 90-day page of 10M events runs out of memory)",
+    )
     args = parser.parse_args(argv)
     if args.dashboard_events:
         BY_NAME["dashboard"] = dataclasses.replace(
@@ -219,6 +224,14 @@ def main(argv: list[str] | None = None) -> None:
             " side by side with raw scans",
             measure=functools.partial(api.measure, events=args.dashboard_events),
             command=f"{PY} bench.api --events {args.dashboard_events}",
+        )
+    if args.browser_no_filter:
+        browser = BY_NAME["dashboard-browser"]
+        BY_NAME["dashboard-browser"] = dataclasses.replace(
+            browser,
+            title=browser.title + ", filter changes left out",
+            measure=functools.partial(dashboard_browser.measure, events=args.dashboard_events, filters=False),
+            command=browser.command + " --no-filter",
         )
     if args.soak_rate or args.soak_minutes:
         minutes = args.soak_minutes or soak.MINUTES  # for the title and note; measure picks a --quick run's own
