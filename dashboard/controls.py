@@ -86,14 +86,14 @@ def sidebar(view: View, sites: list[str], ask: Asker, now: dt.datetime, *, timez
     compare = bar.checkbox("Compare with the previous period", value=view.compare, key="compare")
     chosen_view = replace(view, site=site, preset=preset, start=start, end=end, compare=compare)
     days = Range(*chosen_view.dates(today))
+    values = functools.cache(lambda: picker_values(ask, site, days))  # asked once, and only by an open menu
 
     filters = dict(view.filters)  # as in the URL while the menu is closed
     menu = bar.popover("Filters", key=FILTERS_OPEN, on_change="rerun", width="stretch")
     if menu.open:
-        values = picker_values(ask, site, days)
         filters = {}
         for key in FILTERS:
-            options = [ANY, *values[key].result()]
+            options = [ANY, *values()[key].result()]
             current = view.filters.get(key)
             if current and current not in options:
                 options.append(current)
@@ -110,9 +110,8 @@ def sidebar(view: View, sites: list[str], ask: Asker, now: dt.datetime, *, timez
     goals, funnel = view.goals, view.funnel
     menu = bar.popover("Goals and funnel", key=GOALS_OPEN, on_change="rerun", width="stretch")
     if menu.open:
-        values = picker_values(ask, site, days)  # kept: a second call asks nothing again
         chosen_steps = (*view.goals, *view.funnel)
-        candidates = step_candidates(values["step_page"].result(), values["step_event"].result(), chosen_steps)
+        candidates = step_candidates(values()["step_page"].result(), values()["step_event"].result(), chosen_steps)
         picked_goals = menu.multiselect("Goals", candidates, default=[str(g) for g in view.goals], key="goals")
         picked_steps = menu.multiselect(
             f"Funnel steps (2–{MAX_FUNNEL_STEPS}, in order)",

@@ -254,11 +254,6 @@ def svg_image(drawing: str) -> str:
     return "data:image/svg+xml," + quote(svg, safe=" ,.:=/()")
 
 
-def _whole(value: float | None) -> str:
-    """A count on hover: ``6,512``, or ``–`` for a gap (visitor estimates are not whole)."""
-    return EMPTY if value is None or math.isnan(value) else f"{value:,.0f}"
-
-
 def line_chart(
     labels: Sequence[str],
     lines: Sequence[Line],
@@ -275,10 +270,11 @@ def line_chart(
     n = len(labels)
     largest = max((v for line in lines for v in line.values if v is not None and not math.isnan(v)), default=0.0)
     top, step = nice_top(largest)
+    levels = [k * step for k in range(round(top / step) + 1)]  # the value axis's labelled values
     grid_lines = "".join(
-        f'<line x1="0" x2="1000" y1="{1000 - 1000 * k * step / top:.1f}" y2="{1000 - 1000 * k * step / top:.1f}"'
-        ' stroke="rgba(128,128,128,.25)" vector-effect="non-scaling-stroke"/>'
-        for k in range(round(top / step) + 1)
+        f'<line x1="0" x2="1000" y1="{y:.1f}" y2="{y:.1f}" stroke="rgba(128,128,128,.25)"'
+        ' vector-effect="non-scaling-stroke"/>'
+        for y in (1000 - 1000 * level / top for level in levels)
     )
     paths = "".join(
         f'<polyline points="{points}" fill="none" stroke="{colour(line.colour)}" stroke-width="2"'
@@ -287,8 +283,7 @@ def line_chart(
         for points in _polylines(line.values, top)
     )
     y_labels = "".join(
-        f'<span class="tly-y" style="bottom:{100 * k * step / top:.2f}%">{cell(k * step, "whole")}</span>'
-        for k in range(round(top / step) + 1)
+        f'<span class="tly-y" style="bottom:{100 * level / top:.2f}%">{cell(level, "whole")}</span>' for level in levels
     )
     x_labels = "".join(
         f'<span class="tly-x" style="left:{_position(i, n):.2f}%">{text(label)}</span>'
@@ -298,7 +293,7 @@ def line_chart(
     hovers = "".join(
         f'<div class="tly-hover" style="left:{max(0.0, _position(i, n) - width / 2):.2f}%;width:{width:.2f}%"'
         f' title="{text(label)}&#10;'
-        + "&#10;".join(f"{text(line.name)}: {_whole(line.values[i])}" for line in lines)
+        + "&#10;".join(f"{text(line.name)}: {cell(line.values[i], 'whole')}" for line in lines)
         + '"></div>'
         for i, label in enumerate(labels)
     )
