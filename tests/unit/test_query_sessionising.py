@@ -1,0 +1,88 @@
+"""Sessionising raw events in DuckDB (``query.raw_events.visits_sql``): the views' rule, row for
+row, including events whose keys (visitor, time, id) are equal, which the join back by row id must
+neither drop nor number twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pytest
+
+from query.raw_events import COLUMNS, VISIT_ATTRIBUTES, visits_sql
+
+GAP_MS = 30 * 60 * 1000
+NAMES = COLUMNS.split(", ")
+
+
+def events_table(con: duckdb.DuckDBPyConnection, events: list[dict[str, Any]]) -> None:
+    """A table ``src`` of the columns questions read, every one not given NULL."""
+    types = {"event_time": "BIGINT", "engagement_ms": "BIGINT", "load_ms": "BIGINT"}
+    con.execute("CREATE TABLE src (" + ", ".join(f"{c} {types.get(c, 'VARCHAR')}" for c in NAMES) + ")")
+    for e in events:
+        con.execute(f"INSERT INTO src VALUES ({', '.join('?' for _ in NAMES)})", [e.get(c) for c in NAMES])
+
+
+def event(visitor: str, minute: float, event_id: str, path: str = "/", **other: Any) -> dict[str, Any]:
+    return {
+        "visitor_id": visitor,
+        "event_time": int(minute * 60_000),
+        "event_id": event_id,
+        "type": "pageview",
+        "path": path,
+        **other,
+    }
+
+
+@pytest.mark.parametrize("database", [None, "scan_t"])
+def test_visits_follow_the_gap_and_take_their_first_event_s_attributes(database: str | None) -> None:
+    con = duckdb.connect()
+    events_table(
+        con,
+        [
+            event("a", 0, "e2", "/second", country="FR"),
+            event("a", 0, "e1", "/first", country="DE"),  # same time: the lower id comes first
+            event("a", 29.99, "e3", "/third"),
+            event("a", 59.99, "e4", "/later"),  # exactly the gap after e3: a new visit
+            event("b", 5, "e5", "/b", referrer="r.example"),
+            {**event("b", 6, "e6"), "type": "engagement", "engagement_ms": 500},
+        ],
+    )
+    if database:
+        con.execute(f"ATTACH ':memory:' AS {database}")
+    con.execute(visits_sql("src", GAP_MS, database))
+    prefix = f"{database}.main." if database else ""
+    numbered = con.execute(f"SELECT event_id, starts, visit FROM {prefix}numbered ORDER BY event_id").fetchall()
+    assert numbered == [("e1", 1, 1), ("e2", 0, 1), ("e3", 0, 1), ("e4", 1, 2), ("e5", 1, 1), ("e6", 0, 1)]
+    visits = con.execute(
+        f"SELECT visitor_id, visit, pageviews, entry_page, exit_page, duration_ms, country, referrer "
+        f"FROM {prefix}visits ORDER BY visitor_id, visit"
+    ).fetchall()
+    assert visits == [
+        ("a", 1, 3, "/first", "/third", int(29.99 * 60_000), "DE", None),
+        ("a", 2, 1, "/later", "/later", 0, None, None),
+        ("b", 1, 1, "/b", "/b", 60_000, None, "r.example"),
+    ]
+    # The working tables are gone; every column of the source is kept, once.
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    assert tables == {"src", "numbered", "visits"}
+    columns = [r[0] for r in con.execute(f"DESCRIBE {prefix}numbered").fetchall()]
+    assert columns == [*NAMES, "starts", "visit"]
+    assert set(VISIT_ATTRIBUTES) <= set(columns)
+
+
+def test_events_with_equal_keys_are_each_kept_and_start_one_visit_between_them() -> None:
+    """Two rows with the same visitor, time and id (a replayed beacon a table kept twice): both rows
+    stay, numbered in the same visit, and only one of them starts it."""
+    con = duckdb.connect()
+    twice = event("a", 10, "dup", "/x")
+    events_table(con, [twice, twice, {**twice, "path": "/y"}, event("a", 100, "later", "/z")])
+    con.execute(visits_sql("src", GAP_MS))
+    assert con.execute("SELECT count(*), sum(starts), count(DISTINCT visit) FROM numbered").fetchone() == (4, 2, 2)
+    assert con.execute(
+        "SELECT visit, count(*), sum(starts) FROM numbered GROUP BY visit ORDER BY visit"
+    ).fetchall() == [
+        (1, 3, 1),
+        (2, 1, 1),
+    ]
+    assert con.execute("SELECT visit, pageviews FROM visits ORDER BY visit").fetchall() == [(1, 3), (2, 1)]
