@@ -25,7 +25,7 @@ from query.goals import Step
 from query.raw_events import open_events, within
 from query.site_time import UTC, LocalDays, is_utc
 from query.site_time import buckets as site_buckets
-from query.spec import GOAL, PROPS_PREFIX, Filter, Query
+from query.spec import GOAL, PERCENTILE_METRICS, PROPS_PREFIX, Filter, Query
 from tally.dimensions import AUDIENCE_DIMENSIONS, EVENT, NONE_VALUE, RAW_DIMENSION_COLUMNS
 from tally.sketches import Estimate
 
@@ -87,7 +87,7 @@ class RawQuery:
 
     def totals(self) -> Totals:
         """The KPIs, exact: ``visitors`` is a count of distinct visitor ids (bounds equal)."""
-        rows = self._measure((), ("visitors", "visits"))
+        rows = self._measure((), ("visitors", "visits", *PERCENTILE_METRICS))
         m = rows[0]["metrics"] if rows else {}
         visitors = float(m.get("visitors", 0))
         engagement = tuple(m[f"engagement_p{q}"] for q in (50, 90, 99))

@@ -14,10 +14,12 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
+from query.aggregates import Range
 from query.engine import Answer, fits_aggregates, run
 from query.exact import ExactQuery
 from query.goals import Step
 from query.plausible import parse_filter, parse_query
+from query.raw import RawQuery
 from query.report import Report
 from query.spec import Filter, Query, QueryError
 
@@ -589,3 +591,23 @@ def test_a_raw_table_written_before_region_and_city_answers_them_as_none() -> No
     answer = ask({"metrics": ["pageviews"], "dimensions": ["visit:city", "visit:country"]}, sources)
     assert {r["dimensions"][0] for r in answer.results} == {"(none)"}
     assert sum(r["metrics"][0] for r in answer.results) == sum(e["type"] == "pageview" for e in LIVE)
+
+
+def test_load_percentiles_are_exact_when_asked_and_the_drill_down_totals_ask_for_them() -> None:
+    """A question that names no percentile skips their quantiles (most of a top table's cost);
+    one that names them, and the dashboard's drill-down totals, get them exact."""
+    loads = sorted(e["load_ms"] for e in LIVE if e["type"] == "pageview" and e["country"] == "DE")
+
+    def quantile(q: float) -> float:  # DuckDB's quantile_cont: linear between the two nearest ranks
+        at = q * (len(loads) - 1)
+        low = int(at)
+        return loads[low] + (loads[min(low + 1, len(loads) - 1)] - loads[low]) * (at - low)
+
+    by_country = {"filters": [["is", "visit:country", ["DE"]]]}
+    asked = table(ask({"metrics": ["visitors", "load_p50", "load_p90"], **by_country}))
+    assert asked[()][1:] == [round(quantile(0.5)), round(quantile(0.9))]
+    query = Query(SITE, START, TODAY, ("visitors",), filters=(Filter("is", dimension="visit:country", values=("DE",)),))
+    (row,) = ExactQuery(dataset(EVENTS), SITE, GAP_MS).measure(query)
+    assert row["metrics"]["load_p50"] is None and row["metrics"]["visitors"] > 0
+    totals = RawQuery(dataset(EVENTS), SITE, Range(START, TODAY), {"country": "DE"}, GAP_MS).totals()
+    assert totals.load_ms == pytest.approx(tuple(quantile(q) for q in (0.5, 0.9, 0.99)))
