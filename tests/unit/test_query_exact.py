@@ -596,7 +596,7 @@ def test_a_raw_table_written_before_region_and_city_answers_them_as_none() -> No
 def test_load_percentiles_are_exact_when_asked_and_the_drill_down_totals_ask_for_them() -> None:
     """A question that names no percentile skips their quantiles (most of a top table's cost);
     one that names them, and the dashboard's drill-down totals, get them exact."""
-    loads = sorted(e["load_ms"] for e in LIVE if e["type"] == "pageview" and e["country"] == "DE")
+    loads: list[int] = sorted(e["load_ms"] for e in LIVE if e["type"] == "pageview" and e["country"] == "DE")
 
     def quantile(q: float) -> float:  # DuckDB's quantile_cont: linear between the two nearest ranks
         at = q * (len(loads) - 1)
