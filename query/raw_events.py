@@ -9,7 +9,9 @@ sessionises the events one way.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -56,11 +58,32 @@ def open_events(
     return con
 
 
+SPILL_PREFIX = "tally-duckdb-"  # + the process id: the directory DuckDB spills into
+
+
 def spill_dir() -> Path:
     """Where this process's DuckDB spills what passes its memory limit: a directory of the process's
     own in the system's temporary directory (DuckDB's default, ``.tmp`` in the working directory,
-    would be the project's checkout), which DuckDB makes when it first spills and removes on close."""
-    return Path(tempfile.gettempdir()) / f"tally-duckdb-{os.getpid()}"
+    would be the project's checkout), which DuckDB makes when it first spills and empties on close.
+    The first call in a process removes the directories of processes no longer running (one killed
+    while spilling leaves its files: gigabytes for a large range)."""
+    sweep_spills()
+    return Path(tempfile.gettempdir()) / f"{SPILL_PREFIX}{os.getpid()}"
+
+
+@functools.cache
+def sweep_spills() -> None:
+    """Remove the spill directories of Tally processes that are no longer running (once per process)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{SPILL_PREFIX}*"):
+        pid = path.name.removeprefix(SPILL_PREFIX)
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:  # running, as another user
+            continue
 
 
 def within(interval: Interval, alias: str = "") -> str:

@@ -1,14 +1,20 @@
 """Sessionising raw events in DuckDB (``query.raw_events.visits_sql``): the views' rule, row for
 row, including events whose keys (visitor, time, id) are equal, which the join back by row id must
-neither drop nor number twice."""
+neither drop nor number twice; and the directories DuckDB spills into."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
 
+from query import raw_events
 from query.raw_events import COLUMNS, VISIT_ATTRIBUTES, visits_sql
 
 GAP_MS = 30 * 60 * 1000
@@ -86,3 +92,23 @@ def test_events_with_equal_keys_are_each_kept_and_start_one_visit_between_them()
         (2, 1, 1),
     ]
     assert con.execute("SELECT visit, pageviews FROM visits ORDER BY visit").fetchall() == [(1, 3), (2, 1)]
+
+
+def test_spill_directories_of_processes_no_longer_running_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    dirs = {
+        "ended": tmp_path / f"{raw_events.SPILL_PREFIX}{ended.pid}",
+        "running": tmp_path / f"{raw_events.SPILL_PREFIX}{os.getppid()}",
+        "own": tmp_path / f"{raw_events.SPILL_PREFIX}{os.getpid()}",
+        "other": tmp_path / f"{raw_events.SPILL_PREFIX}notapid",
+    }
+    for d in dirs.values():
+        d.mkdir()
+        (d / "duckdb_temp_storage_DEFAULT-0.tmp").write_bytes(b"x")
+    raw_events.sweep_spills.__wrapped__()
+    assert {name for name, d in dirs.items() if d.exists()} == {"running", "own", "other"}
+    assert raw_events.spill_dir() == dirs["own"]
