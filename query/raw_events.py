@@ -104,7 +104,7 @@ def visits_sql(source: str, gap_ms: int, database: str | None = None) -> str:
     The events are copied once (``unnumbered``), and the window runs over their keys alone (visitor,
     time, id, and the copy's row id, which also orders events whose keys are equal), joined back to
     the rows by row id: a window over every column held them all in memory at once (90 days of 10M
-    events passed a 2 GB limit; over the keys they take about a tenth)."""
+    events ran out of the 2 GB limit; over the keys the window took 5.5 s and stayed under it)."""
     attributes = ", ".join(VISIT_ATTRIBUTES)
     create, into = ("CREATE TEMP TABLE ", "") if database is None else ("CREATE TABLE ", f"{database}.main.")
     order = "PARTITION BY visitor_id ORDER BY event_time, event_id, r"
