@@ -35,7 +35,17 @@ from query.goals import Step
 from query.raw_events import COLUMNS, MEMORY_LIMIT, VISIT_ATTRIBUTES, Interval, open_events, visits_sql, within
 from query.scan_cache import prepared_scan
 from query.site_time import UTC, is_utc
-from query.spec import GOAL, PERCENTILE_METRICS, VISIT_METRICS, Filter, Query, QueryError, dimension
+from query.spec import (
+    GOAL,
+    PERCENTILE_KINDS,
+    PERCENTILE_METRICS,
+    PERCENTILES,
+    VISIT_METRICS,
+    Filter,
+    Query,
+    QueryError,
+    dimension,
+)
 from tally.dimensions import NONE_VALUE
 
 # "events" counts custom events (the dashboard's word); "all_events" page views and custom events
@@ -157,8 +167,10 @@ class ExactQuery:
         percentiles: bool = False,
     ) -> dict[tuple[str, ...], Row]:
         """The event metrics of each row; the engagement and load percentiles only with ``percentiles``
-        (None otherwise): their six quantiles took about two thirds of a top-pages question (90 days
-        of 10M events, one country: 675 ms with them, 209 without)."""
+        (None otherwise): their quantiles took about two thirds of a top-pages question (90 days of
+        10M events, one country: 675 ms with them, 209 without). Each kind's three quantiles are one
+        ``quantile_cont`` over a list of them, which orders the values once instead of three times
+        (totals of one country: 99 ms instead of 159)."""
         sql = _Sql()
         visits = any(_visit_owned(d) for d in itertools.chain(dimensions, _leaves(filters)))
         source = "numbered e JOIN visits v USING (visitor_id, visit)" if visits else "evr e"
@@ -177,20 +189,23 @@ class ExactQuery:
             f"{events} AS events",
             f"{every} AS all_events",
             *(
-                f"quantile_cont(e.{kind}_ms, {q / 100}) FILTER (WHERE e.type = "
-                f"'{'engagement' if kind == 'engagement' else 'pageview'}') AS {kind}_p{q}"
+                f"quantile_cont(e.{kind}_ms, [{', '.join(str(q / 100) for q in PERCENTILES)}]) FILTER (WHERE e.type = "
+                f"'{'engagement' if kind == 'engagement' else 'pageview'}') AS {kind}_quantiles"
                 if percentiles
-                else f"NULL::DOUBLE AS {kind}_p{q}"
-                for kind, q in itertools.product(("engagement", "load"), (50, 90, 99))
+                else f"NULL::DOUBLE[] AS {kind}_quantiles"
+                for kind in PERCENTILE_KINDS
             ),
         ]
         group = f"GROUP BY {', '.join(f'd{i}' for i in range(len(keys)))}" if keys else ""
         text = f"SELECT {', '.join(selects)} FROM {source} WHERE {' AND '.join(where)} {group}"
         frame = con.execute(text, sql.params).fetchall()
-        names = [*(f"d{i}" for i in range(len(keys))), *EVENT_METRICS]
+        names = [*(f"d{i}" for i in range(len(keys))), "visitors", "pageviews", "events", "all_events"]
         rows: dict[tuple[str, ...], Row] = {}
         for record in frame:
-            values = dict(zip(names, record, strict=True))
+            values = dict(zip(names, record, strict=False))
+            for kind, quantiles in zip(PERCENTILE_KINDS, record[len(names) :], strict=True):
+                found = quantiles or [None] * len(PERCENTILES)  # None: no value to take them of
+                values |= {f"{kind}_p{q}": v for q, v in zip(PERCENTILES, found, strict=True)}
             if not keys and not values["visitors"]:
                 values = {**values, "visitors": 0}
             key = tuple(_label_of(d, values[f"d{i}"], query.start) for i, d in enumerate(dimensions))

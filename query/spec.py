@@ -19,7 +19,9 @@ MAX_LIMIT = 10_000  # rows a query may ask for at once
 
 # Metrics Tally answers. Engagement and load percentiles are Tally's own (merged t-digests).
 EXACT_METRICS = ("visits", "pageviews", "views_per_visit", "bounce_rate", "visit_duration", "events")
-PERCENTILE_METRICS = tuple(f"{kind}_p{q}" for kind in ("engagement", "load") for q in (50, 90, 99))
+PERCENTILE_KINDS = ("engagement", "load")  # engagement time and load time, in ms
+PERCENTILES = (50, 90, 99)
+PERCENTILE_METRICS = tuple(f"{kind}_p{q}" for kind in PERCENTILE_KINDS for q in PERCENTILES)
 # Core Web Vitals (tally/vitals.py): each vital's p75 (merged t-digests, approximate), the percent of
 # measured page views in each of Google's bands (exact), and Plausible's scroll_depth (exact).
 VITAL_P75_METRICS = tuple(f"{v.name}_p{round(REPORTED_QUANTILE * 100)}" for v in VITALS)

@@ -211,26 +211,35 @@ class ExactVitals:
         key = "''" if dimension == ALL else f"coalesce(e.{VITALS_DIMENSIONS[dimension]}, '{NONE_VALUE}')"
         where, params = event_condition(self.filters)
         where += f" AND {within(self.between, 'e.')}"
-        vital = f"e.type = '{VITALS_TYPE}'"
-        scrolled = "e.type IN (" + ", ".join(f"'{t}'" for t in _SCROLL_TYPES) + ")"
-        selects = [f"{key} AS value", f"count(*) FILTER (WHERE {vital}) AS measured"]
+        # The vitals' quantiles and bands over the vitals events alone, the scroll depths over the beacons
+        # that carry one; joined by value. In one pass over both kinds, the vitals' twenty filtered
+        # aggregates were evaluated on every engagement beacon too: 260 ms a question over 90 days of 10M
+        # events with one country's filter, against 26 ms apart (the data set has no vitals events).
+        measures = ["count(*) AS measured"]
         for v in VITALS:
             x = f"e.{v.column}::DOUBLE"
-            selects += [
-                f"quantile_cont({x}, {REPORTED_QUANTILE}) FILTER (WHERE {vital}) AS {v.name}_p75",
-                f"count(*) FILTER (WHERE {vital} AND {x} <= {v.good_max}) AS {v.name}_good",
-                f"count(*) FILTER (WHERE {vital} AND {x} > {v.good_max} AND {x} <= {v.poor_above}) AS {v.name}_ni",
-                f"count(*) FILTER (WHERE {vital} AND {x} > {v.poor_above}) AS {v.name}_poor",
+            measures += [
+                f"quantile_cont({x}, {REPORTED_QUANTILE}) AS {v.name}_p75",
+                f"count(*) FILTER (WHERE {x} <= {v.good_max}) AS {v.name}_good",
+                f"count(*) FILTER (WHERE {x} > {v.good_max} AND {x} <= {v.poor_above}) AS {v.name}_ni",
+                f"count(*) FILTER (WHERE {x} > {v.poor_above}) AS {v.name}_poor",
             ]
+        counts = ["measured", *(f"{v.name}_{band}" for v in VITALS for band in ("good", "ni", "poor"))]
         depth = f"e.{SCROLL_DEPTH_COLUMN}::BIGINT"
-        selects += [
-            f"coalesce(sum({depth}) FILTER (WHERE {scrolled}), 0) AS scroll_sum",
-            f"count({depth}) FILTER (WHERE {scrolled}) AS scroll_count",
-        ]
-        text = (
-            f"SELECT {', '.join(selects)} FROM evr e WHERE {scrolled} AND {where} GROUP BY value "
-            "HAVING measured > 0 OR scroll_count > 0 ORDER BY value"
-        )
+        scroll_types = ", ".join(f"'{t}'" for t in _SCROLL_TYPES)
+        text = f"""
+            WITH measured AS (
+                SELECT {key} AS value, {", ".join(measures)} FROM evr e
+                WHERE e.type = '{VITALS_TYPE}' AND {where} GROUP BY value
+            ), scrolled AS (
+                SELECT {key} AS value, sum({depth}) AS scroll_sum, count({depth}) AS scroll_count FROM evr e
+                WHERE e.type IN ({scroll_types}) AND {depth} IS NOT NULL AND {where} GROUP BY value
+            )
+            SELECT value, {", ".join(f"coalesce({c}, 0) AS {c}" for c in counts)},
+                {", ".join(f"{v.name}_p75" for v in VITALS)},
+                coalesce(scroll_sum, 0) AS scroll_sum, coalesce(scroll_count, 0) AS scroll_count
+            FROM measured FULL JOIN scrolled USING (value) ORDER BY value
+        """
         with self._events() as con:
             try:
                 frame = con.execute(text, params).fetchall()
@@ -252,7 +261,9 @@ class ExactVitals:
                 yield con
             return
         with open_events(self.raw, self.site_id, self.days, _COLUMNS) as con:
-            con.execute("CREATE TEMP VIEW evr AS SELECT * FROM ev")
+            # A table, not a view: a question reads its beacons twice (vitals, then scroll depths), the dataset once.
+            scroll_types = ", ".join(f"'{t}'" for t in _SCROLL_TYPES)
+            con.execute(f"CREATE TEMP TABLE evr AS SELECT * FROM ev WHERE type IN ({scroll_types})")
             yield con
 
 

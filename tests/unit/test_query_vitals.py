@@ -195,6 +195,33 @@ def test_a_filter_narrows_the_exact_vitals_to_the_matching_page_views() -> None:
     german = [e for e in LIVE if e["type"] == "vitals" and e["country"] == "DE"]
     assert narrowed[0].measured == len(german)
     assert narrowed[0].bands["lcp"].measured == sum(1 for e in german if e.get("lcp_ms") is not None)
+    # The scroll depths too: of the German beacons alone, vitals and engagement ones alike.
+    depths = [e["scroll_depth"] for e in LIVE if e["country"] == "DE" and e.get("scroll_depth") is not None]
+    assert (narrowed[0].scroll_sum, narrowed[0].scroll_count) == (sum(depths), len(depths))
+
+
+def test_a_page_with_scroll_depths_but_no_vitals_beacon_is_a_row_and_one_with_neither_is_none() -> None:
+    at = int(dt.datetime.combine(DAY, dt.time(12), dt.UTC).timestamp() * 1000)
+    base = {
+        "site_id": SITE,
+        "event_date": DAY,
+        "event_time": at,
+        "visitor_id": "v",
+        "is_bot": False,
+        "device": "mobile",
+    }
+    events = [
+        *EVENTS,
+        {**base, "type": "engagement", "path": "/scrolled-only", "scroll_depth": 40},
+        {**base, "type": "engagement", "path": "/scrolled-only", "scroll_depth": 90},
+        {**base, "type": "engagement", "path": "/read-only"},  # an engagement beacon without a scroll depth
+    ]
+    by_page = {f.value: f for f in ExactVitals(raw_dataset(events), SITE, Range(DAY, DAY)).vitals("page")}
+    assert "/read-only" not in by_page
+    scrolled = by_page["/scrolled-only"]
+    assert (scrolled.measured, scrolled.scroll_sum, scrolled.scroll_count) == (0, 130, 2)
+    assert all(b.measured == 0 for b in scrolled.bands.values()) and set(scrolled.p75.values()) == {None}
+    assert set(by_page) == {"/scrolled-only", *PAGES}  # every other page as before
 
 
 def test_the_api_shows_p75_in_milliseconds_cls_to_three_decimals_and_scroll_depth_as_a_whole_percent() -> None:
