@@ -214,7 +214,8 @@ class ExactVitals:
         # The vitals' quantiles and bands over the vitals events alone, the scroll depths over the beacons
         # that carry one; joined by value. In one pass over both kinds, the vitals' twenty filtered
         # aggregates were evaluated on every engagement beacon too: 260 ms a question over 90 days of 10M
-        # events with one country's filter, against 26 ms apart (the data set has no vitals events).
+        # events with one country's filter, against about 20 ms apart (that data set has no vitals
+        # beacons); over 3M synthetic events, a third of them vitals beacons, 184-198 ms against 131-147.
         measures = ["count(*) AS measured"]
         for v in VITALS:
             x = f"e.{v.column}::DOUBLE"
