@@ -199,10 +199,10 @@ class ExactQuery:
         group = f"GROUP BY {', '.join(f'd{i}' for i in range(len(keys)))}" if keys else ""
         text = f"SELECT {', '.join(selects)} FROM {source} WHERE {' AND '.join(where)} {group}"
         frame = con.execute(text, sql.params).fetchall()
-        names = [*(f"d{i}" for i in range(len(keys))), "visitors", "pageviews", "events", "all_events"]
+        names = [*(f"d{i}" for i in range(len(keys))), *(m for m in EVENT_METRICS if m not in PERCENTILE_METRICS)]
         rows: dict[tuple[str, ...], Row] = {}
         for record in frame:
-            values = dict(zip(names, record, strict=False))
+            values = dict(zip(names, record[: len(names)], strict=True))
             for kind, quantiles in zip(PERCENTILE_KINDS, record[len(names) :], strict=True):
                 found = quantiles or [None] * len(PERCENTILES)  # None: no value to take them of
                 values |= {f"{kind}_p{q}": v for q, v in zip(PERCENTILES, found, strict=True)}

@@ -71,6 +71,9 @@ P75_METHOD = (
 BANDS_METHOD = "counted in agg.vitals_1h: percent of the page views that measured the vital, per Google's band"
 SCROLL_METHOD = "agg.vitals_1h: sum of the page views' deepest scroll positions / page views with one"
 _SCROLL_TYPES = (VITALS_TYPE, "engagement")
+_SCROLL_TYPES_SQL = ", ".join(f"'{t}'" for t in _SCROLL_TYPES)  # for an IN (...)
+# The suffixes of the band counts ExactVitals selects per vital, in the order of tally.vitals.BANDS.
+_BAND_SUFFIXES = ("good", "ni", "poor")
 
 
 @dataclass(frozen=True)
@@ -225,16 +228,15 @@ class ExactVitals:
                 f"count(*) FILTER (WHERE {x} > {v.good_max} AND {x} <= {v.poor_above}) AS {v.name}_ni",
                 f"count(*) FILTER (WHERE {x} > {v.poor_above}) AS {v.name}_poor",
             ]
-        counts = ["measured", *(f"{v.name}_{band}" for v in VITALS for band in ("good", "ni", "poor"))]
+        counts = ["measured", *(f"{v.name}_{band}" for v in VITALS for band in _BAND_SUFFIXES)]
         depth = f"e.{SCROLL_DEPTH_COLUMN}::BIGINT"
-        scroll_types = ", ".join(f"'{t}'" for t in _SCROLL_TYPES)
         text = f"""
             WITH measured AS (
                 SELECT {key} AS value, {", ".join(measures)} FROM evr e
                 WHERE e.type = '{VITALS_TYPE}' AND {where} GROUP BY value
             ), scrolled AS (
                 SELECT {key} AS value, sum({depth}) AS scroll_sum, count({depth}) AS scroll_count FROM evr e
-                WHERE e.type IN ({scroll_types}) AND {depth} IS NOT NULL AND {where} GROUP BY value
+                WHERE e.type IN ({_SCROLL_TYPES_SQL}) AND {depth} IS NOT NULL AND {where} GROUP BY value
             )
             SELECT value, {", ".join(f"coalesce({c}, 0) AS {c}" for c in counts)},
                 {", ".join(f"{v.name}_p75" for v in VITALS)},
@@ -263,8 +265,7 @@ class ExactVitals:
             return
         with open_events(self.raw, self.site_id, self.days, _COLUMNS) as con:
             # A table, not a view: a question reads its beacons twice (vitals, then scroll depths), the dataset once.
-            scroll_types = ", ".join(f"'{t}'" for t in _SCROLL_TYPES)
-            con.execute(f"CREATE TEMP TABLE evr AS SELECT * FROM ev WHERE type IN ({scroll_types})")
+            con.execute(f"CREATE TEMP TABLE evr AS SELECT * FROM ev WHERE type IN ({_SCROLL_TYPES_SQL})")
             yield con
 
 
@@ -273,12 +274,7 @@ def _exact_figures(record: Mapping[str, Any]) -> VitalFigures:
         str(record["value"]),
         int(record["measured"]),
         {v.name: record[f"{v.name}_p75"] for v in VITALS},
-        {
-            v.name: BandCounts(
-                int(record[f"{v.name}_good"]), int(record[f"{v.name}_ni"]), int(record[f"{v.name}_poor"])
-            )
-            for v in VITALS
-        },
+        {v.name: BandCounts(*(int(record[f"{v.name}_{band}"]) for band in _BAND_SUFFIXES)) for v in VITALS},
         int(record["scroll_sum"]),
         int(record["scroll_count"]),
     )
