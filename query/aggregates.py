@@ -24,7 +24,7 @@ from query.goals import Step
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.settings import Settings
 from tally.sketches import Estimate, digest_quantiles, merge_digests, union_estimate
-from tally.storage import open_table
+from tally.storage import arrow_dataset, open_table
 from tally.tables import ACTIVE_5M, PROPS_1D, TRAFFIC_1D, TRAFFIC_BY_GRAIN, VISITS_1D, VISITS_BY_GRAIN
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -115,7 +115,7 @@ class Aggregates:
                         return cached[3], cached[1]
             except TableNotFoundError:
                 return None
-            dataset = table.to_pyarrow_dataset()
+            dataset = arrow_dataset(table)
             self._tables[name] = (table, dataset, time.monotonic(), table.version())
             return table.version(), dataset
 

@@ -25,7 +25,7 @@ from query.vitals import AggregateVitals, ExactVitals
 from query.zoned import ZonedReport, ZonedVitals
 from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
-from tally.storage import find_table
+from tally.storage import arrow_dataset, find_table
 from tally.tables import RAW_PAGEVIEWS
 
 
@@ -75,7 +75,7 @@ class Sources:
         table = find_table(self.settings, RAW_PAGEVIEWS)
         if table is None:
             return None
-        return table.to_pyarrow_dataset(), (uri, table.version())
+        return arrow_dataset(table), (uri, table.version())
 
     def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report:
         """The aggregate tables' report of a site over a range of its local dates (:meth:`views_report`)."""

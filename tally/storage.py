@@ -22,8 +22,10 @@ from typing import Any, TypeVar
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset as ds
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from pyarrow import fs as pafs
 
 from tally.settings import Settings
 from tally.tables import RAW_PAGEVIEWS, RAW_REJECTED, archiver_app_id
@@ -71,6 +73,17 @@ def open_table(settings: Settings, name: str) -> DeltaTable:
     Raises ``deltalake.exceptions.TableNotFoundError`` when the table has not been written yet.
     """
     return DeltaTable(delta_uri(settings, name), storage_options=storage_options(settings) or None)
+
+
+def arrow_dataset(table: DeltaTable) -> ds.Dataset:
+    """A table version's rows as an Arrow dataset; a local table's over the local file system, which
+    says where its files are (delta-rs's own does not), so that DuckDB can read them itself
+    (``query/raw_events.py``)."""
+    uri = table.table_uri
+    root = uri.removeprefix("file://") if uri.startswith("file://") or "://" not in uri else None
+    if root is None:
+        return table.to_pyarrow_dataset()
+    return table.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, pafs.LocalFileSystem()))
 
 
 def find_table(settings: Settings, name: str) -> DeltaTable | None:

@@ -24,6 +24,7 @@ from query.exact import ExactQuery
 from query.raw_events import Interval
 from query.scan_cache import VERSIONS_KEPT, prepared_scan
 from query.scans import PreparedScan
+from tally.storage import arrow_dataset
 from tests.unit.test_query_exact import COLUMNS, GAP_MS, SITE, START, TODAY, make_events
 from tests.unit.test_query_prepared_scan import BODIES, query, rows
 
@@ -61,8 +62,9 @@ def append(table: Path, events: list[dict[str, Any]]) -> None:
 
 
 def snapshot(table: Path) -> tuple[Any, tuple[str, int]]:
+    """The table's newest version as the dashboard opens it (its files read by DuckDB itself)."""
     found = DeltaTable(str(table))
-    return found.to_pyarrow_dataset(), (str(table), found.version())
+    return arrow_dataset(found), (str(table), found.version())
 
 
 def tables(scan: PreparedScan) -> dict[str, Any]:
