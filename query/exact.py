@@ -97,7 +97,7 @@ class ExactQuery:
         with open_events(self.raw, self.site_id, Range(*query.utc_dates()), COLUMNS) as con:
             con.execute(f"CREATE TEMP VIEW evr AS SELECT * FROM ev WHERE {within(interval)}")
             if _needs_visits(query):
-                con.execute(visits_sql("evr", self.gap_ms))
+                con.execute(visits_sql(_visitors_asked(con, query), self.gap_ms))
             return self._answer(con, query)
 
     def _prepared_measure(self, query: Query, interval: Interval) -> list[Row]:
@@ -278,6 +278,47 @@ def event_condition(filters: Iterable[Filter]) -> tuple[str, list[Any]]:
     :class:`ExactQuery`, such as the Core Web Vitals of :mod:`query.vitals`."""
     sql = _Sql()
     return " AND ".join(_filter_sql(f, sql, "event", ()) for f in filters) or "true", sql.params
+
+
+def _visitors_asked(con: duckdb.DuckDBPyConnection, query: Query) -> str:
+    """The events to sessionise for ``query``, a view of ``evr``'s: only the visitors with an event
+    that meets :func:`visitors_condition` (all their events), or all of ``evr`` when no filter gives
+    one. Over 90 days of 10M events (DuckDB reading the files), a question with visit figures about
+    one country took 11.6 s instead of 33.2 (DE, 19% of the events) and 18.8 s instead of 33.5 (US,
+    46%); most of what is left is reading every event's columns to keep those visitors' (9.4 s)."""
+    found = visitors_condition(query.filters)
+    if found is None:
+        return "evr"
+    condition, params = found
+    con.execute(f"CREATE TEMP TABLE asked AS SELECT DISTINCT visitor_id FROM evr e WHERE {condition}", params)
+    con.execute(
+        "CREATE TEMP VIEW evr_asked AS SELECT e.* FROM evr e SEMI JOIN asked "
+        "ON e.visitor_id IS NOT DISTINCT FROM asked.visitor_id"
+    )
+    return "evr_asked"
+
+
+def visitors_condition(filters: Iterable[Filter]) -> tuple[str, list[Any]] | None:
+    """A condition on single events (``e``) that every visitor an answer under ``filters`` counts has
+    an event meeting, with its parameters: that of the first top-level filter matching one dimension
+    positively (``is``, ``contains``, ``matches``; not a goal). None when there is no such filter.
+
+    A row the answer counts meets every top-level filter: an event that meets it itself, or a visit
+    whose first event (its attributes), first or last page view (entry and exit page) or some event
+    (a page, a name, a property) does. Sessionising only those visitors' events, all of them, gives
+    their visits as sessionising every visitor's would, and no other visitor's row is counted."""
+    for f in filters:
+        if f.dimension is None or f.dimension == GOAL or f.op not in ("is", "contains", "matches"):
+            continue
+        d = dimension(f.dimension)
+        if d.kind == "visit":
+            value = f"e.{'path' if d.name in ('entry_page', 'exit_page') else d.column}"
+        else:
+            value = _dimension_sql(f.dimension, "event")
+        sql = _Sql()
+        shown = f"coalesce({value}, '{NONE_VALUE}')"
+        return "(" + " OR ".join(_match(shown, f.op, v, f.case_sensitive, sql) for v in f.values) + ")", sql.params
+    return None
 
 
 def leaves(filters: Iterable[Filter]) -> list[str]:

@@ -41,10 +41,14 @@ SCAN_COLUMNS = ", ".join([COLUMNS, SCROLL_DEPTH_COLUMN, *(v.column for v in VITA
 Interval = tuple[dt.datetime, dt.datetime] | None
 
 
+_GLOB = "*?[{"  # the characters that make a path a pattern to DuckDB's file readers
+
+
 def local_files(raw: ds.Dataset, site_id: str, days: Range) -> list[str] | None:
     """The local Parquet files of ``raw`` that can hold the site's events of the dates (their date
     partition, and the site ids their statistics say they hold); None when ``raw`` is not local
-    files (an object store, a table in memory) or no file can hold them."""
+    files (an object store, a table in memory), no file can hold them, or a path would read as a
+    pattern (a home directory named with ``*``, ``?``, ``[`` or ``{``)."""
     filesystem = getattr(raw, "filesystem", None)
     if not isinstance(filesystem, fs.SubTreeFileSystem) or not isinstance(filesystem.base_fs, fs.LocalFileSystem):
         return None
@@ -53,6 +57,8 @@ def local_files(raw: ds.Dataset, site_id: str, days: Range) -> list[str] | None:
         os.path.join(filesystem.base_path, f.path)
         for f in raw.get_fragments(filter=dates & (ds.field("site_id") == site_id))
     ]
+    if any(c in path for path in found for c in _GLOB):  # DuckDB would take such a path for a pattern
+        return None
     return found or None
 
 

@@ -6,6 +6,7 @@ those of the dates that can hold the site's events; anything but local files rea
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pyarrow import fs
 
 from query.aggregates import Range
 from query.exact import ExactQuery
@@ -108,9 +110,8 @@ def test_the_files_read_are_the_dates_that_can_hold_the_sites_events(tmp_path: P
     native = arrow_dataset(DeltaTable(str(table)))
     found = local_files(native, "a.example", Range(day, day + dt.timedelta(days=1)))
     assert found is not None and len(found) == 2
-    assert all(
-        Path(f).is_file() and f"event_date={day}" in f or f"event_date={day + dt.timedelta(days=1)}" in f for f in found
-    )
+    assert all(Path(f).is_file() for f in found)
+    assert sorted(Path(f).parent.name for f in found) == [f"event_date={day + dt.timedelta(days=d)}" for d in (0, 1)]
     assert all(pq.read_table(f).column("site_id").to_pylist() == ["a.example"] for f in found)
     assert local_files(native, "c.example", Range(day, day)) is None  # no file can hold it: read through Arrow
     with open_events(native, "c.example", Range(day, day), SCAN_COLUMNS) as con:
@@ -140,3 +141,19 @@ def test_the_dashboards_drill_down_reads_from_the_files_as_through_arrow(evolved
     assert drill["native"].totals() == drill["arrow"].totals() and drill["arrow"].totals().pageviews > 0
     assert drill["native"].top("page").equals(drill["arrow"].top("page"))
     assert drill["native"].series("day").equals(drill["arrow"].series("day"))
+
+
+def test_files_whose_path_reads_as_a_pattern_are_read_through_arrow(evolved: Path, tmp_path: Path) -> None:
+    # delta-rs refuses such a table path; a copy of a table's files, opened with Arrow, has one
+    root = tmp_path / "home[1]"  # DuckDB would take the brackets for a glob
+    shutil.copytree(evolved, root, ignore=shutil.ignore_patterns("_delta_log"))
+    files = ds.dataset(
+        ".",
+        filesystem=fs.SubTreeFileSystem(str(root), fs.LocalFileSystem()),
+        partitioning=ds.partitioning(pa.schema({"event_date": pa.date32()}), flavor="hive"),
+        format="parquet",
+    )
+    assert local_files(files, SITE, Range(START, TODAY)) is None
+    with open_events(files, SITE, Range(START, TODAY), SCAN_COLUMNS) as con:
+        found = con.execute("SELECT count(*) FROM ev").fetchone()
+    assert found == (sum(1 for e in EVENTS if e["site_id"] == SITE and not e["is_bot"]),)
