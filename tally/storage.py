@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import pandas as pd
 import pyarrow as pa
@@ -79,9 +80,12 @@ def arrow_dataset(table: DeltaTable) -> ds.Dataset:
     """A table version's rows as an Arrow dataset; a local table's over the local file system, which
     says where its files are (delta-rs's own does not), so that DuckDB can read them itself
     (``query/raw_events.py``)."""
-    uri = table.table_uri
-    root = uri.removeprefix("file://") if uri.startswith("file://") or "://" not in uri else None
-    if root is None:
+    uri = table.table_uri  # file:///home/a%20b/... for a local table: its path, percent-encoded
+    if "://" not in uri:
+        root = uri
+    elif uri.startswith("file://"):
+        root = unquote(urlsplit(uri).path)
+    else:  # an object store: delta-rs's file system reads it
         return table.to_pyarrow_dataset()
     return table.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, pafs.LocalFileSystem()))
 

@@ -157,3 +157,15 @@ def test_files_whose_path_reads_as_a_pattern_are_read_through_arrow(evolved: Pat
     with open_events(files, SITE, Range(START, TODAY), SCAN_COLUMNS) as con:
         found = con.execute("SELECT count(*) FROM ev").fetchone()
     assert found == (sum(1 for e in EVENTS if e["site_id"] == SITE and not e["is_bot"]),)
+
+
+def test_a_table_under_a_path_with_spaces_and_percent_signs_is_read_from_its_files(tmp_path: Path) -> None:
+    table = tmp_path / "my home 100%" / "pageviews"  # its URI is percent-encoded
+    append(table, EVENTS, pa.schema(COLUMNS))
+    native = arrow_dataset(DeltaTable(str(table)))
+    files = local_files(native, SITE, Range(START, TODAY))
+    assert files and all(Path(f).is_file() and "my home 100%" in f for f in files)
+    asked = query(BODIES[2])
+    assert rows(ExactQuery(native, SITE, GAP_MS).answer(asked)) == rows(
+        ExactQuery(dataset(EVENTS), SITE, GAP_MS).answer(asked)
+    )
