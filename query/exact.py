@@ -97,7 +97,10 @@ class ExactQuery:
         with open_events(self.raw, self.site_id, Range(*query.utc_dates()), COLUMNS) as con:
             con.execute(f"CREATE TEMP VIEW evr AS SELECT * FROM ev WHERE {within(interval)}")
             if _needs_visits(query):
-                con.execute(visits_sql(_visitors_asked(con, query), self.gap_ms))
+                try:
+                    con.execute(visits_sql(_visitors_asked(con, query), self.gap_ms))
+                except duckdb.InvalidInputException as e:  # the visitors' condition: a `matches` pattern
+                    raise _bad_pattern(e) from e
             return self._answer(con, query)
 
     def _prepared_measure(self, query: Query, interval: Interval) -> list[Row]:
@@ -124,7 +127,7 @@ class ExactQuery:
             # the goals found in the events (none configured) are the ones the filters name
             return dataclasses.replace(self, goals=goals)._rows(con, query)
         except duckdb.InvalidInputException as e:  # a `matches` pattern RE2 cannot compile
-            raise QueryError("filters", f"a filter's regular expression is not valid: {e}") from e
+            raise _bad_pattern(e) from e
         except duckdb.OutOfMemoryException as e:
             raise QueryError(
                 "body",
@@ -278,6 +281,10 @@ def event_condition(filters: Iterable[Filter]) -> tuple[str, list[Any]]:
     :class:`ExactQuery`, such as the Core Web Vitals of :mod:`query.vitals`."""
     sql = _Sql()
     return " AND ".join(_filter_sql(f, sql, "event", ()) for f in filters) or "true", sql.params
+
+
+def _bad_pattern(e: duckdb.InvalidInputException) -> QueryError:
+    return QueryError("filters", f"a filter's regular expression is not valid: {e}")
 
 
 def _visitors_asked(con: duckdb.DuckDBPyConnection, query: Query) -> str:

@@ -67,13 +67,14 @@ def _columns_read(con: duckdb.DuckDBPyConnection, raw: ds.Dataset, source: str, 
     table written by an older Tally lacks, such as ``region``, as NULL::VARCHAR; one the table has
     but none of the files read, of the table's type)."""
     held = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-    types = dict(zip(raw.schema.names, _duckdb_types(raw.schema), strict=True))
+    types = dict(zip(raw.schema.names, _duckdb_types(con, raw.schema), strict=True))
     return ", ".join(c if c in held else f"NULL::{types.get(c, 'VARCHAR')} AS {c}" for c in columns.split(", "))
 
 
-def _duckdb_types(schema: pa.Schema) -> list[str]:
-    """DuckDB's types of an Arrow schema's columns."""
-    return [str(kind) for kind in duckdb.from_arrow(schema.empty_table()).types]
+def _duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> list[str]:
+    """DuckDB's types of an Arrow schema's columns (on the question's own connection: DuckDB's
+    module-level default connection is one for the whole process, not safe across threads)."""
+    return [str(kind) for kind in con.from_arrow(schema.empty_table()).types]
 
 
 def open_events(

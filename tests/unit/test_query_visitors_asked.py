@@ -14,7 +14,7 @@ import pytest
 from query import exact
 from query.exact import ExactQuery, visitors_condition
 from query.plausible import parse_query
-from query.spec import Filter
+from query.spec import Filter, QueryError
 from tests.unit.test_query_exact import GAP_MS, SITE, START, TODAY, dataset, make_events
 from tests.unit.test_query_prepared_scan import rows
 
@@ -127,3 +127,10 @@ def test_compound_goal_and_negated_filters_answer_as_before(
 ) -> None:
     narrowed, every = answers({"metrics": VISITS, "dimensions": ["visit:source"], "filters": filters}, monkeypatch)
     assert narrowed == every and every
+
+
+def test_a_bad_pattern_in_the_visitors_condition_is_still_a_clear_error() -> None:
+    bad = {"metrics": ["visits", "bounce_rate"], "filters": [["matches", "visit:source", ["(x"]]]}
+    with pytest.raises(QueryError) as e:
+        ExactQuery(dataset(EVENTS), SITE, GAP_MS).answer(question(bad))
+    assert e.value.part == "filters" and "regular expression" in str(e.value)
