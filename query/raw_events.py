@@ -62,13 +62,14 @@ def local_files(raw: ds.Dataset, site_id: str, days: Range) -> list[str] | None:
     return found or None
 
 
-def _columns_read(con: duckdb.DuckDBPyConnection, raw: ds.Dataset, source: str, columns: str) -> str:
-    """The select list of ``columns`` from ``source``: a column the table lacks reads as NULL (one a
-    table written by an older Tally lacks, such as ``region``, as NULL::VARCHAR; one the table has
-    but none of the files read, of the table's type)."""
-    held = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-    types = dict(zip(raw.schema.names, _duckdb_types(con, raw.schema), strict=True))
-    return ", ".join(c if c in held else f"NULL::{types.get(c, 'VARCHAR')} AS {c}" for c in columns.split(", "))
+def _columns_read(con: duckdb.DuckDBPyConnection, raw: ds.Dataset, held: set[str], columns: str) -> str:
+    """The select list of ``columns`` from a source holding the columns ``held``: a column it lacks
+    reads as NULL (one a table written by an older Tally lacks, such as ``region``, as NULL::VARCHAR;
+    one the table has but none of the files read, of the table's type)."""
+    wanted = columns.split(", ")
+    typed = {c for c in wanted if c not in held} & set(raw.schema.names)
+    types = dict(zip(raw.schema.names, _duckdb_types(con, raw.schema), strict=True)) if typed else {}
+    return ", ".join(c if c in held else f"NULL::{types.get(c, 'VARCHAR')} AS {c}" for c in wanted)
 
 
 def _duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> list[str]:
@@ -93,13 +94,14 @@ def open_events(
     site = site_id.replace("'", "''")
     files = local_files(raw, site_id, days)
     if files is None:
-        source = "raw"
+        source, held = "raw", set(raw.schema.names)
         dates = f"AND event_date BETWEEN DATE '{days.start.isoformat()}' AND DATE '{days.end.isoformat()}' "
     else:  # the files hold the dates' events only; columns the older ones lack read as NULL
         paths = ", ".join("'" + path.replace("'", "''") + "'" for path in files)
         source = f"read_parquet([{paths}], union_by_name = true, hive_partitioning = false)"
+        held = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
         dates = ""
-    selected = _columns_read(con, raw, source, columns)
+    selected = _columns_read(con, raw, held, columns)
     con.execute(
         f"CREATE TEMP VIEW ev AS SELECT {selected} FROM {source} WHERE site_id = '{site}' "
         f"{dates}AND NOT coalesce(is_bot, false)"
