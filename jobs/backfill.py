@@ -183,7 +183,7 @@ def compute_views(events: DataFrame, settings: Settings, start: dt.date, end: dt
     first = _midnight(start)
     after = _midnight(end + dt.timedelta(days=1)) + traffic.ACTIVE_WINDOW - traffic.ACTIVE_STEP
     windowed = events.where((F.col("event_ts") >= F.lit(first)) & (F.col("event_ts") < F.lit(after)))
-    minutes = traffic.with_digests(traffic.traffic_minutes(windowed))
+    minutes = traffic.with_digests(traffic.traffic_minutes_batch(windowed))
     hours = traffic.roll_up(minutes, "hour")
     visits = sessions.sessions(events, settings.spark.session_gap)
     return {
@@ -253,11 +253,12 @@ def _backfill_chunk(
     reading = time.monotonic()
     rows = raw_rows(spark, settings, start - day, end + day, site_id)
     # The views' map-side aggregates hold a partition's groups in memory, and a scan's partition can
-    # be a whole day's file, so the events are cached spread over the raised partitions. They are
-    # raised before the cache is declared, since a cache is planned then (the deduplication too).
+    # be a whole day's file, so the events are cached spread over the raised partitions, by site and
+    # minute (what the minute rows group by). They are raised before the cache is declared, since a
+    # cache is planned then (the deduplication too).
     with (
         _enough_shuffle_partitions(spark, rows.count()) as partitions,
-        _cached(raw_events(rows, since=since).repartition(partitions)) as events,
+        _cached(traffic.by_minute(raw_events(rows, since=since), partitions)) as events,
     ):
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
         counts = {d: n for d, n in by_date.items() if start <= d <= end}
