@@ -298,14 +298,32 @@ def shuffle_partitions_for(events: int, configured: int) -> int:
     return max(configured, -(-events // EVENTS_PER_SHUFFLE_PARTITION))
 
 
+# Spark's object hash aggregate (HLL sketches, value lists) sorts its input instead once a task
+# holds this many groups; Spark's default is 128. A task holds about EVENTS_PER_SHUFFLE_PARTITION
+# events spread by site and minute (``traffic.by_minute``): a few thousand minute rows of a dimension
+# in 3-day jobs of 3M events, tens of thousands in a 7-day job of 700k. With the default, the minute
+# rows of a 3-day job of 3M events took 26.5 s instead of 16.3 s. A group's state grows with its
+# events (an HLL sketch stops at 16 KiB), so a task's memory stays bounded by its events.
+OBJECT_AGGREGATE_GROUPS = 100_000
+
+
 @contextmanager
 def _enough_shuffle_partitions(spark: SparkSession, events: int) -> Iterator[int]:
-    """Raise the session's shuffle partitions to ``shuffle_partitions_for(events)``, which it yields;
-    restore them after."""
-    before = spark.conf.get("spark.sql.shuffle.partitions") or "1"
-    partitions = shuffle_partitions_for(events, int(before))
-    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    """Raise the session's shuffle partitions to ``shuffle_partitions_for(events)``, which it yields, and
+    the groups its object aggregates hold before sorting to ``OBJECT_AGGREGATE_GROUPS``; restore both after."""
+    partitions = shuffle_partitions_for(events, int(spark.conf.get("spark.sql.shuffle.partitions") or "1"))
+    settings = {
+        "spark.sql.shuffle.partitions": str(partitions),
+        "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": str(OBJECT_AGGREGATE_GROUPS),
+    }
+    before = {key: spark.conf.get(key) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield partitions
     finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

@@ -253,7 +253,7 @@ def test_a_dry_run_backfill_reports_raw_events_per_date_and_writes_nothing(
     assert {spec: DeltaTable(iso.table_uri(spec.table)).version() for spec in COMPARED} == versions
 
 
-def test_a_big_backfill_job_caches_its_events_under_the_raised_shuffle_partitions(
+def test_a_big_backfill_job_caches_its_events_under_the_raised_shuffle_partitions_and_aggregate_groups(
     streamed: dict[str, Any], spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A cache is planned when it is declared: partitions raised after it would not reach the
@@ -270,16 +270,23 @@ def test_a_big_backfill_job_caches_its_events_under_the_raised_shuffle_partition
     in_force: list[str] = []
     cached = backfill_module._cached
 
+    groups = "spark.sql.objectHashAggregate.sortBased.fallbackThreshold"
+    session_groups = spark.conf.get(groups)
+    groups_in_force: list[str] = []
+
     @contextmanager
     def recording(frame: Any) -> Iterator[Any]:
         in_force.append(spark.conf.get("spark.sql.shuffle.partitions"))
+        groups_in_force.append(spark.conf.get(groups))
         with cached(frame) as kept:
             yield kept
 
     monkeypatch.setattr(backfill_module, "_cached", recording)
     backfill(spark, iso, start=START.date(), end=START.date(), progress=False)
     assert in_force and set(in_force) == {str(expected)}  # the events' cache first, then the views'
+    assert set(groups_in_force) == {str(backfill_module.OBJECT_AGGREGATE_GROUPS)} != {session_groups}
     assert spark.conf.get("spark.sql.shuffle.partitions") == session_partitions  # restored after
+    assert spark.conf.get(groups) == session_groups
 
 
 def test_a_backfill_reads_only_the_fields_the_views_use_from_raw(streamed: dict[str, Any], spark: Any) -> None:
