@@ -322,8 +322,8 @@ def _enough_shuffle_partitions(spark: SparkSession, events: int) -> Iterator[int
     try:
         yield partitions
     finally:
-        for key, value in before.items():
-            if value is None:
+        for key, old in before.items():
+            if old is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, old)
