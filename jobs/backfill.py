@@ -317,9 +317,9 @@ def _enough_shuffle_partitions(spark: SparkSession, events: int) -> Iterator[int
         "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": str(OBJECT_AGGREGATE_GROUPS),
     }
     before = {key: spark.conf.get(key) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
     try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
         yield partitions
     finally:
         for key, old in before.items():

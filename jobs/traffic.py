@@ -125,6 +125,7 @@ def traffic_minutes_batch(events: DataFrame) -> DataFrame:
     if MINUTE not in events.columns:
         events = events.withColumn(MINUTE, _minute())
     events = reportable(events)
+    partitions = events.rdd.getNumPartitions()
     no_values = [
         F.array().cast(ArrayType(events.schema[column].dataType)).alias(f"{kind}_values")
         for kind, column in (("engagement", "engagement_ms"), ("load", "load_ms"))
@@ -138,9 +139,8 @@ def traffic_minutes_batch(events: DataFrame) -> DataFrame:
         else:
             minutes = grouped.agg(*_counts_and_visitors()).select("*", *no_values)
         parts.append(minutes.withColumn("dimension", F.lit(name)).select(*_window_edges(MINUTE), *_MINUTE_VALUES))
-    every = functools.reduce(DataFrame.unionByName, parts)
     # Each aggregate keeps the events' partitions: one task a partition would write 12 files a date.
-    return every.coalesce(max(1, every.rdd.getNumPartitions() // len(parts)))
+    return functools.reduce(DataFrame.unionByName, parts).coalesce(max(1, partitions))
 
 
 def with_digests(minutes: DataFrame) -> DataFrame:
