@@ -257,7 +257,7 @@ def _backfill_chunk(
     # minute (what the minute rows group by). They are raised before the cache is declared, since a
     # cache is planned then (the deduplication too).
     with (
-        _enough_shuffle_partitions(spark, rows.count()) as partitions,
+        _job_settings(spark, rows.count()) as partitions,
         _cached(traffic.by_minute(raw_events(rows, since=since), partitions)) as events,
     ):
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
@@ -308,7 +308,7 @@ OBJECT_AGGREGATE_GROUPS = 100_000
 
 
 @contextmanager
-def _enough_shuffle_partitions(spark: SparkSession, events: int) -> Iterator[int]:
+def _job_settings(spark: SparkSession, events: int) -> Iterator[int]:
     """Raise the session's shuffle partitions to ``shuffle_partitions_for(events)``, which it yields, and
     the groups its object aggregates hold before sorting to ``OBJECT_AGGREGATE_GROUPS``; restore both after."""
     partitions = shuffle_partitions_for(events, int(spark.conf.get("spark.sql.shuffle.partitions") or "1"))

@@ -77,6 +77,19 @@ def _value_lists(site_total: Column) -> list[Column]:
 _MINUTE_VALUES = ("dimension", "value", "pageviews", "events", "visitors_sketch", "engagement_values", "load_values")
 
 
+# The column ``by_minute`` adds: an event's 1-minute tumbling window (a struct of start and end).
+MINUTE = "minute_window"
+
+
+def _minute() -> Column:
+    return F.window("event_ts", "1 minute")
+
+
+def _window_edges(window: str) -> list[Column]:
+    edges = [F.col(f"{window}.start").alias("window_start"), F.col(f"{window}.end").alias("window_end")]
+    return [F.col("site_id"), *edges]
+
+
 def traffic_minutes(events: DataFrame) -> DataFrame:
     """1-minute tumbling windows per site × dimension, with raw value lists for the digests.
 
@@ -91,19 +104,6 @@ def traffic_minutes(events: DataFrame) -> DataFrame:
         .agg(*_counts_and_visitors(), *_value_lists(_site_total()))
         .select(*_window_edges("w"), *_MINUTE_VALUES)
     )
-
-
-# The column ``by_minute`` adds: an event's 1-minute tumbling window (a struct of start and end).
-MINUTE = "minute_window"
-
-
-def _minute() -> Column:
-    return F.window("event_ts", "1 minute")
-
-
-def _window_edges(window: str) -> list[Column]:
-    edges = [F.col(f"{window}.start").alias("window_start"), F.col(f"{window}.end").alias("window_end")]
-    return [F.col("site_id"), *edges]
 
 
 def by_minute(events: DataFrame, partitions: int) -> DataFrame:
