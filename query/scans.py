@@ -110,7 +110,13 @@ class PreparedScan:
         # Kept compressed, as DuckDB keeps a file: 1M events over 30 days took 14 MB instead of 73,
         # and a question over them about 10 ms longer.
         con.execute(f"ATTACH ':memory:' AS {database} (COMPRESS)")
+        # The copy's rows in any order (DuckDB then writes them from both threads at once: 90 days
+        # of 10M events copied in 15.6 s instead of 21.0). Its row ids order only events of equal
+        # keys (the same id at the same time, which the archiver never writes twice); every
+        # question orders its own rows. The connection is the scan's own, not yet shared.
+        con.execute("SET preserve_insertion_order = false")
         con.execute(visits_sql("temp.scanned", gap_ms, database))  # the one read of the dataset
+        con.execute("RESET preserve_insertion_order")
         _events_view(con, database)
         con.execute("DROP VIEW temp.scanned; DROP VIEW temp.ev")
         con.unregister("raw")  # the events are copied: the dataset's files are not read again

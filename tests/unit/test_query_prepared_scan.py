@@ -87,6 +87,8 @@ def test_questions_asked_side_by_side_share_one_scan_built_once(
         shared = list(pool.map(ask, questions))
     assert shared == alone
     assert len(built) == 1, "one range of one table version is read and sessionised once"
+    # The copy is written in any order while the scan is built; its questions get DuckDB's default back.
+    assert built[0].con.execute("SELECT current_setting('preserve_insertion_order')").fetchone() == (True,)
 
 
 def test_a_new_table_version_or_range_is_a_new_scan_and_old_ranges_are_dropped(prepared_scans: PreparedScans) -> None:

@@ -1,6 +1,6 @@
 """Sessionising raw events in DuckDB (``query.raw_events.visits_sql``): the views' rule, row for
-row, including events whose keys (visitor, time, id) are equal, which the join back by row id must
-neither drop nor number twice; and the directories DuckDB spills into."""
+row, including events whose keys (visitor, time, id) are equal, which the marks written back by row
+id must neither drop nor number twice; and the directories DuckDB spills into."""
 
 from __future__ import annotations
 
@@ -72,8 +72,11 @@ def test_visits_follow_the_gap_and_take_their_first_event_s_attributes(database:
     # The working tables are gone; every column of the source is kept, once.
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     assert tables == {"src", "numbered", "visits"}
-    columns = [r[0] for r in con.execute(f"DESCRIBE {prefix}numbered").fetchall()]
-    assert columns == [*NAMES, "starts", "visit"]
+    columns = {r[0]: r[1] for r in con.execute(f"DESCRIBE {prefix}numbered").fetchall()}
+    assert list(columns) == [*NAMES, "starts", "visit"]
+    # Questions join events to visits on (visitor, visit): a BIGINT, not the HUGEINT of a sum.
+    assert (columns["starts"], columns["visit"]) == ("INTEGER", "BIGINT")
+    assert con.execute(f"SELECT typeof(visit) FROM {prefix}visits LIMIT 1").fetchone() == ("BIGINT",)
     assert set(VISIT_ATTRIBUTES) <= set(columns)
 
 
