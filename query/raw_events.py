@@ -159,7 +159,10 @@ def visits_sql(source: str, gap_ms: int, database: str | None = None) -> str:
     back into a second copy took 17-19 s of that range's 50-55 s, writing them in 1.4 s. A visit
     number is a BIGINT (a sum is a HUGEINT): a question joining events to their visits on it took
     0.33 s instead of 2.55 over that range."""
-    attributes = ", ".join(f"any_value({a}) FILTER (WHERE starts = 1) AS {a}" for a in VISIT_ATTRIBUTES)
+    # A visit's one first event's attributes, taken as one struct: ten aggregates of their own took
+    # 8.3 s instead of 6.1 for the visits of 90 days of 10M events.
+    first = f"any_value(struct_pack({', '.join(VISIT_ATTRIBUTES)})) FILTER (WHERE starts = 1) AS first_event"
+    attributes = ", ".join(f"first_event.{a} AS {a}" for a in VISIT_ATTRIBUTES)
     create, into = ("CREATE TEMP TABLE ", "temp.main.") if database is None else ("CREATE TABLE ", f"{database}.main.")
     order = "PARTITION BY visitor_id ORDER BY event_time, event_id, r"
     return f"""
@@ -174,10 +177,12 @@ def visits_sql(source: str, gap_ms: int, database: str | None = None) -> str:
         UPDATE {into}numbered AS n SET starts = m.starts, visit = m.visit FROM temp.visit_marks m WHERE n.rowid = m.r;
         DROP TABLE temp.visit_marks;
         {create}{into}visits AS
-        SELECT visitor_id, visit, min(event_time) AS started, max(event_time) - min(event_time) AS duration_ms,
-               count(*) FILTER (WHERE type = 'pageview') AS pageviews,
-               arg_min(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS entry_page,
-               arg_max(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS exit_page,
-               {attributes}
-        FROM {into}numbered GROUP BY visitor_id, visit HAVING count(*) FILTER (WHERE type = 'pageview') > 0
+        SELECT * EXCLUDE (first_event), {attributes} FROM (
+            SELECT visitor_id, visit, min(event_time) AS started, max(event_time) - min(event_time) AS duration_ms,
+                   count(*) FILTER (WHERE type = 'pageview') AS pageviews,
+                   arg_min(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS entry_page,
+                   arg_max(path, (event_time, event_id)) FILTER (WHERE type = 'pageview') AS exit_page,
+                   {first}
+            FROM {into}numbered GROUP BY visitor_id, visit HAVING count(*) FILTER (WHERE type = 'pageview') > 0
+        )
     """
