@@ -8,12 +8,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import duckdb
 import pytest
 
+from query import scans
 from query.aggregates import Range
 from query.exact import ExactQuery
 from query.goals import Step
 from query.plausible import parse_query
+from query.raw_events import open_events
 from query.scan_cache import PreparedScans
 from query.scans import PreparedScan
 from query.spec import Filter, Query, QueryError
@@ -89,6 +92,24 @@ def test_questions_asked_side_by_side_share_one_scan_built_once(
     assert len(built) == 1, "one range of one table version is read and sessionised once"
     # The copy is written in any order while the scan is built; its questions get DuckDB's default back.
     assert built[0].con.execute("SELECT current_setting('preserve_insertion_order')").fetchone() == (True,)
+
+
+def test_a_scan_that_fails_while_sessionising_leaves_its_duckdb_s_settings_as_they_were(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened: list[duckdb.DuckDBPyConnection] = []
+
+    def recorded(*args: Any, **kw: Any) -> duckdb.DuckDBPyConnection:
+        opened.append(con := open_events(*args, **kw))
+        return con
+
+    monkeypatch.setattr(scans, "open_events", recorded)
+    monkeypatch.setattr(scans, "visits_sql", lambda *_: "SELECT * FROM no_such_table")
+    days = Range(START, TODAY)
+    with pytest.raises(duckdb.CatalogException):
+        PreparedScan.read(dataset(EVENTS), SITE, days, None, GAP_MS)
+    setting = opened[0].execute("SELECT current_setting('preserve_insertion_order')").fetchone()
+    assert setting == (True,)
 
 
 def test_a_new_table_version_or_range_is_a_new_scan_and_old_ranges_are_dropped(prepared_scans: PreparedScans) -> None:

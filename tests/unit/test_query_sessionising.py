@@ -97,6 +97,30 @@ def test_events_with_equal_keys_are_each_kept_and_start_one_visit_between_them()
     assert con.execute("SELECT visit, pageviews FROM visits ORDER BY visit").fetchall() == [(1, 3), (2, 1)]
 
 
+@pytest.mark.parametrize("database", [None, "scan_t"])
+def test_events_without_a_visitor_are_numbered_as_one_visitor_s_but_make_no_visit(database: str | None) -> None:
+    """Questions join events to visits on the visitor, which never matches a NULL: a visits row of
+    theirs would be counted by the questions reading visits alone and by none of the others."""
+    con = duckdb.connect()
+    events_table(
+        con,
+        [
+            {**event("a", 0, "e1", "/a"), "visitor_id": None},
+            {**event("b", 1, "e2", "/b"), "visitor_id": None},
+            {**event("c", 100, "e3", "/c"), "visitor_id": None},  # after the gap: a second visit
+            event("d", 0, "e4", "/d", country="DE"),
+        ],
+    )
+    if database:
+        con.execute(f"ATTACH ':memory:' AS {database}")
+    con.execute(visits_sql("src", GAP_MS, database))
+    prefix = f"{database}.main." if database else ""
+    numbered = con.execute(f"SELECT event_id, starts, visit FROM {prefix}numbered ORDER BY event_id").fetchall()
+    assert numbered == [("e1", 1, 1), ("e2", 0, 1), ("e3", 1, 2), ("e4", 1, 1)]
+    visits = con.execute(f"SELECT visitor_id, visit, pageviews, entry_page, country FROM {prefix}visits").fetchall()
+    assert visits == [("d", 1, 1, "/d", "DE")]
+
+
 def test_spill_directories_of_processes_no_longer_running_are_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
