@@ -40,6 +40,14 @@ def event(visitor: str, minute: float, event_id: str, path: str = "/", **other: 
     }
 
 
+def sessionised(con: duckdb.DuckDBPyConnection, database: str | None) -> str:
+    """``src`` sessionised into ``database`` (attached here; None: temporary tables); the tables' prefix."""
+    if database:
+        con.execute(f"ATTACH ':memory:' AS {database}")
+    con.execute(visits_sql("src", GAP_MS, database))
+    return f"{database}.main." if database else ""
+
+
 @pytest.mark.parametrize("database", [None, "scan_t"])
 def test_visits_follow_the_gap_and_take_their_first_event_s_attributes(database: str | None) -> None:
     con = duckdb.connect()
@@ -54,10 +62,7 @@ def test_visits_follow_the_gap_and_take_their_first_event_s_attributes(database:
             {**event("b", 6, "e6"), "type": "engagement", "engagement_ms": 500},
         ],
     )
-    if database:
-        con.execute(f"ATTACH ':memory:' AS {database}")
-    con.execute(visits_sql("src", GAP_MS, database))
-    prefix = f"{database}.main." if database else ""
+    prefix = sessionised(con, database)
     numbered = con.execute(f"SELECT event_id, starts, visit FROM {prefix}numbered ORDER BY event_id").fetchall()
     assert numbered == [("e1", 1, 1), ("e2", 0, 1), ("e3", 0, 1), ("e4", 1, 2), ("e5", 1, 1), ("e6", 0, 1)]
     visits = con.execute(
@@ -111,10 +116,7 @@ def test_events_without_a_visitor_are_numbered_as_one_visitor_s_but_make_no_visi
             event("d", 0, "e4", "/d", country="DE"),
         ],
     )
-    if database:
-        con.execute(f"ATTACH ':memory:' AS {database}")
-    con.execute(visits_sql("src", GAP_MS, database))
-    prefix = f"{database}.main." if database else ""
+    prefix = sessionised(con, database)
     numbered = con.execute(f"SELECT event_id, starts, visit FROM {prefix}numbered ORDER BY event_id").fetchall()
     assert numbered == [("e1", 1, 1), ("e2", 0, 1), ("e3", 1, 2), ("e4", 1, 1)]
     visits = con.execute(f"SELECT visitor_id, visit, pageviews, entry_page, country FROM {prefix}visits").fetchall()
