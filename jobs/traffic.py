@@ -85,7 +85,8 @@ def _minute() -> Column:
     return F.window("event_ts", "1 minute")
 
 
-def _window_edges(window: str) -> list[Column]:
+def _site_and_window(window: str) -> list[Column]:
+    """A minute row's first columns: its site, then the edges of its ``window`` (a struct of start and end)."""
     edges = [F.col(f"{window}.start").alias("window_start"), F.col(f"{window}.end").alias("window_end")]
     return [F.col("site_id"), *edges]
 
@@ -102,7 +103,7 @@ def traffic_minutes(events: DataFrame) -> DataFrame:
         by_dimension(reportable(events), TRAFFIC_DIMENSIONS)
         .groupBy(F.col("site_id"), _minute().alias("w"), F.col("dimension"), F.col("value"))
         .agg(*_counts_and_visitors(), *_value_lists(_site_total()))
-        .select(*_window_edges("w"), *_MINUTE_VALUES)
+        .select(*_site_and_window("w"), *_MINUTE_VALUES)
     )
 
 
@@ -138,7 +139,7 @@ def traffic_minutes_batch(events: DataFrame) -> DataFrame:
             minutes = grouped.agg(*_counts_and_visitors(), *_value_lists(F.lit(True)))
         else:
             minutes = grouped.agg(*_counts_and_visitors()).select("*", *no_values)
-        parts.append(minutes.withColumn("dimension", F.lit(name)).select(*_window_edges(MINUTE), *_MINUTE_VALUES))
+        parts.append(minutes.withColumn("dimension", F.lit(name)).select(*_site_and_window(MINUTE), *_MINUTE_VALUES))
     # Each aggregate keeps the events' partitions: one task a partition would write 12 files a date.
     return functools.reduce(DataFrame.unionByName, parts).coalesce(max(1, partitions))
 
