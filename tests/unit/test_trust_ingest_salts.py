@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-from multiprocessing.queues import Queue
+from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
@@ -18,27 +18,32 @@ DAYS = 200
 FIRST_DAY = 20_000  # 2024-10-04
 
 
-def salts_of_each_day(folder: str, barrier: Barrier, results: Queue[list[str]]) -> None:
+def salts_of_each_day(folder: str, barrier: Barrier, results: Connection) -> None:
     """One worker: for each day, wait for every other worker, then ask for the day's salt at once."""
     store = SaltStore(Path(folder))
     found = []
     for day in range(FIRST_DAY, FIRST_DAY + DAYS):
         barrier.wait()
         found.append(store.salt_for(day * DAY_MS + 1).hex())
-    results.put(found)
+    results.send(found)
 
 
 def test_processes_racing_for_the_first_salt_of_a_day_all_get_the_same_32_bytes(tmp_path: Path) -> None:
     # fork: spawn would re-run the parent's __main__, which other tests (Streamlit's AppTest) replace.
+    # A pipe per worker, not a Queue: a Queue's put starts a thread in the worker, and a thread
+    # started in a process forked from this one (which earlier tests leave with threads running)
+    # aborted the worker once in CI.
     context = multiprocessing.get_context("fork")
-    barrier, results = context.Barrier(WORKERS, timeout=60), context.Queue()
-    workers = [
-        context.Process(target=salts_of_each_day, args=(str(tmp_path), barrier, results)) for _ in range(WORKERS)
-    ]
+    barrier = context.Barrier(WORKERS, timeout=60)
+    pipes = [context.Pipe(duplex=False) for _ in range(WORKERS)]
+    workers = [context.Process(target=salts_of_each_day, args=(str(tmp_path), barrier, sender)) for _, sender in pipes]
     for worker in workers:
         worker.start()
     try:
-        found = [results.get(timeout=120) for _ in workers]
+        found = []
+        for reader, _ in pipes:
+            assert reader.poll(120), "a worker sent no salts within 120 s"
+            found.append(reader.recv())
     finally:
         for worker in workers:
             worker.join(timeout=30)
