@@ -8,6 +8,8 @@ fold are :mod:`tally.site_registry`'s, as in ingest and the API (each app follow
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import streamlit as st
 
 from tally.settings import Settings
@@ -15,21 +17,34 @@ from tally.site_registry import SiteRegistry
 from topics.follower import TopicFollower
 
 
-@st.cache_resource(show_spinner=False)
-def _registry(settings: Settings) -> SiteRegistry:
-    """One registry and follower per dashboard process (and per configuration)."""
+class Followed(NamedTuple):
+    """A registry and the follower that keeps it current."""
+
+    registry: SiteRegistry
+    follower: TopicFollower
+
+
+def _stop_following(followed: Followed) -> None:
+    """Stop the follower when Streamlit releases the cached registry (``st.cache_resource.clear()``);
+    its thread ends on its own within one poll, so nothing here waits for it."""
+    followed.follower.close(timeout=0)
+
+
+@st.cache_resource(show_spinner=False, on_release=_stop_following)
+def _registry(settings: Settings) -> Followed:
+    """One registry and follower per dashboard process (and per configuration), following the topic
+    for as long as the cache keeps them: the life of the process, unless the cache is cleared."""
     registry = SiteRegistry(seed=settings.sites)
 
     def apply(key: bytes | None, value: bytes | None) -> None:
         registry.apply(key, value)
 
-    # Never closed: it follows the topic for the life of the dashboard process.
-    TopicFollower(
+    follower = TopicFollower(
         client_config=settings.kafka.client_config(), topic=settings.kafka.sites_topic, apply=apply, reader="dashboard"
     )
-    return registry
+    return Followed(registry, follower)
 
 
 def with_current_sites(settings: Settings) -> Settings:
     """``settings`` with the sites configured now: the page, its access checks and share links use these."""
-    return settings.with_sites(_registry(settings).sites())
+    return settings.with_sites(_registry(settings).registry.sites())

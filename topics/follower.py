@@ -68,6 +68,12 @@ class TopicFollower:
         return pending
 
     def _run(self) -> None:
+        try:
+            self._follow()
+        finally:
+            self._consumer.close()  # here, by the one thread that uses the consumer
+
+    def _follow(self) -> None:
         pending: set[int] | None = None
         warned = False
         while not self._stop.is_set():
@@ -75,7 +81,8 @@ class TopicFollower:
                 try:
                     pending = self._assign()
                 except KafkaException as e:
-                    if not warned:  # once per outage: a down broker would otherwise log every RETRY_S
+                    # Once per outage (a down broker would otherwise log every RETRY_S), and not once stopping.
+                    if not warned and not self._stop.is_set():
                         log.warning("topic not readable yet, retrying", extra=kv(topic=self.topic, error=str(e)))
                         warned = True
                     self._stop.wait(RETRY_S)
@@ -97,8 +104,10 @@ class TopicFollower:
                 continue
             self._apply(msg.key(), msg.value())
 
-    def close(self) -> None:
-        """Stop the thread, then the consumer."""
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the thread, waiting at most ``timeout`` seconds for it. The thread closes the consumer
+        as it ends: within ``POLL_S``, or once a metadata request it is in returns (at most 5 s,
+        with the broker down). Closing the consumer from here instead could close it under a call
+        the thread is still making."""
         self._stop.set()
-        self._thread.join(timeout=2)
-        self._consumer.close()
+        self._thread.join(timeout=timeout)
