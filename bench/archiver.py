@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import threading
 import time
 import uuid
@@ -19,6 +18,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from bench.homes import in_temporary_home
 from bench.report import Figure, print_figures
 from bench.stack import cpu_seconds
 from ops import broker
@@ -46,13 +46,14 @@ class RowCounter:
             return 0
 
 
+@in_temporary_home("archiver")
 def measure(
-    quick: bool = False, *, events: int | None = None, rate: float = 200, seconds: float | None = None
+    home: Path, quick: bool = False, *, events: int | None = None, rate: float = 200, seconds: float | None = None
 ) -> list[Figure]:
     """One run: archive a pre-filled topic, then beacon -> raw latency under steady load."""
     events = events or (100_000 if quick else 500_000)
     seconds = seconds or (10.0 if quick else 30.0)
-    env = stack_env(Path(tempfile.mkdtemp(prefix="tally-bench-archiver-"))) | {"TALLY_ENV": ""}
+    env = stack_env(home) | {"TALLY_ENV": ""}
     os.environ.update(env)
     settings = load_settings()
     table, sup = services(settings), Supervisor(settings.home_dir)

@@ -19,13 +19,13 @@ import dataclasses
 import datetime as dt
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import duckdb
 from deltalake import DeltaTable, write_deltalake
 
+from bench.homes import in_temporary_home
 from bench.report import Figure, print_figures
 from ops.stack import stack_env
 from tally.dimensions import ALL, EVENT, TRAFFIC_DIMENSIONS
@@ -123,8 +123,14 @@ def duckdb_baseline(uri: str, threads: int) -> dict[str, float]:
     return {"load": load, "minutes": minutes, "visits": visits}
 
 
+@in_temporary_home("backfill")
 def measure(
-    quick: bool = False, *, sizes: list[int] | None = None, days: int | None = None, master: str = "local[2]"
+    home: Path,
+    quick: bool = False,
+    *,
+    sizes: list[int] | None = None,
+    days: int | None = None,
+    master: str = "local[2]",
 ) -> list[Figure]:
     """One run: for each size, fill raw, backfill every view (timed), then exact vs HLL distinct visitors."""
     sizes = sizes or ([200_000] if quick else [1_000_000, 3_000_000, 10_000_000])
@@ -135,95 +141,90 @@ def measure(
     from jobs.backfill import backfill
     from jobs.spark import local_cores, spark_session
 
-    home = Path(tempfile.mkdtemp(prefix="tally-bench-backfill-"))
     os.environ.update(stack_env(home) | {"TALLY_ENV": "", "TALLY_SPARK__MASTER": master})
     figures: list[Figure] = []
-    try:
-        for size in sizes:
-            os.environ["TALLY_WAREHOUSE__PATH"] = str(home / f"warehouse-{size}")
-            settings = load_settings()
-            # `tally backfill` chunks by dates; dense synthetic days get fewer per job, as an operator would set.
-            chunk_days = max(1, min(settings.spark.backfill_chunk_days, CHUNK_EVENTS * days // size))
-            spark_settings = dataclasses.replace(settings.spark, backfill_chunk_days=chunk_days)
-            settings = dataclasses.replace(settings, spark=spark_settings)
-            t0 = time.perf_counter()
-            written = fill_raw(settings.table_uri("raw.pageviews"), size, days)
-            print(f"{written:,} events generated and written to raw in {time.perf_counter() - t0:.0f} s", flush=True)
-            # One session for every size: a stopped SparkContext cannot be restarted cleanly in-process.
-            spark = spark_session(settings, "tally-bench-backfill")
-            end = (START + dt.timedelta(days=days - 1)).date()
-            t0 = time.perf_counter()
-            backfill(spark, settings, start=START.date(), end=end, progress=False)
-            seconds = time.perf_counter() - t0
-            print(f"backfill of {written:,} events into every view: {seconds:.1f} s", flush=True)
-            label = f"{size / 1e6:g}M events"
-            goal = {1_000_000: "≤ 30 s", 10_000_000: "≤ 180 s"}.get(size, "")
-            note = f"{written:,} events over {days} days, {master}, {chunk_days}-day chunks"
-            threads = local_cores(master) or os.cpu_count() or 1
-            duck = duckdb_baseline(settings.table_uri("raw.pageviews"), threads)
-            duck_name = f"{label}: DuckDB baseline, minute × dimension rows and visits, load included"
-            figures += [
-                Figure(f"{label}: backfill into every view", seconds, "s", baseline=duck_name, goal=goal, note=note),
-                Figure(f"{label}: backfill throughput", written / seconds, "events/s"),
-                Figure(
-                    duck_name,
-                    sum(duck.values()),
-                    "s",
-                    note=f"{threads} threads: load {duck['load']:.1f} s, minute rows {duck['minutes']:.1f} s,"
-                    f" visits {duck['visits']:.1f} s; numbers, not mergeable sketches: a lower bound",
-                ),
-            ]
+    for size in sizes:
+        os.environ["TALLY_WAREHOUSE__PATH"] = str(home / f"warehouse-{size}")
+        settings = load_settings()
+        # `tally backfill` chunks by dates; dense synthetic days get fewer per job, as an operator would set.
+        chunk_days = max(1, min(settings.spark.backfill_chunk_days, CHUNK_EVENTS * days // size))
+        spark_settings = dataclasses.replace(settings.spark, backfill_chunk_days=chunk_days)
+        settings = dataclasses.replace(settings, spark=spark_settings)
+        t0 = time.perf_counter()
+        written = fill_raw(settings.table_uri("raw.pageviews"), size, days)
+        print(f"{written:,} events generated and written to raw in {time.perf_counter() - t0:.0f} s", flush=True)
+        # One session for every size: a stopped SparkContext cannot be restarted cleanly in-process.
+        spark = spark_session(settings, "tally-bench-backfill")
+        end = (START + dt.timedelta(days=days - 1)).date()
+        t0 = time.perf_counter()
+        backfill(spark, settings, start=START.date(), end=end, progress=False)
+        seconds = time.perf_counter() - t0
+        print(f"backfill of {written:,} events into every view: {seconds:.1f} s", flush=True)
+        label = f"{size / 1e6:g}M events"
+        goal = {1_000_000: "≤ 30 s", 10_000_000: "≤ 180 s"}.get(size, "")
+        note = f"{written:,} events over {days} days, {master}, {chunk_days}-day chunks"
+        threads = local_cores(master) or os.cpu_count() or 1
+        duck = duckdb_baseline(settings.table_uri("raw.pageviews"), threads)
+        duck_name = f"{label}: DuckDB baseline, minute × dimension rows and visits, load included"
+        figures += [
+            Figure(f"{label}: backfill into every view", seconds, "s", baseline=duck_name, goal=goal, note=note),
+            Figure(f"{label}: backfill throughput", written / seconds, "events/s"),
+            Figure(
+                duck_name,
+                sum(duck.values()),
+                "s",
+                note=f"{threads} threads: load {duck['load']:.1f} s, minute rows {duck['minutes']:.1f} s,"
+                f" visits {duck['visits']:.1f} s; numbers, not mergeable sketches: a lower bound",
+            ),
+        ]
 
-            # Distinct visitors per day: exact from raw vs the HLL sketches of agg.traffic_1d.
-            raw = spark.read.format("delta").load(settings.table_uri("raw.pageviews")).where(~F.col("is_bot"))
-            t0 = time.perf_counter()
-            exact: dict[dt.date, int] = dict(raw.groupBy("event_date").agg(F.countDistinct("visitor_id")).collect())
-            exact_s = time.perf_counter() - t0
-            days_view = spark.read.format("delta").load(settings.table_uri("agg.traffic_1d")).where("dimension = 'all'")
-            t0 = time.perf_counter()
-            sketches = {
-                r["event_date"]: r["visitors_sketch"]
-                for r in days_view.select("event_date", "visitors_sketch").collect()
-            }
-            estimates = {d: union_estimate([s]) for d, s in sketches.items()}
-            hll_s = time.perf_counter() - t0
-            exact = {d: n for d, n in exact.items() if d in estimates}  # raw also holds visits running past the range
-            errors = sorted(abs(estimates[d].value - exact[d]) / exact[d] for d in exact)
-            within = sum(1 for d in exact if estimates[d].lower <= exact[d] <= estimates[d].upper)
-            exact_name = f"{label}: distinct visitors per day, exact COUNT(DISTINCT) on raw"
-            figures += [
-                Figure(exact_name, exact_s, "s"),
-                Figure(f"{label}: the same from the HLL sketches of agg.traffic_1d", hll_s, "s", baseline=exact_name),
-                Figure(f"{label}: HLL error per day, median", errors[len(errors) // 2] * 100, "%"),
-                Figure(f"{label}: HLL error per day, max", errors[-1] * 100, "%", note=ONE_SIGMA),
-                Figure(
-                    f"{label}: days inside the 2-sigma bounds",
-                    within / len(exact) * 100,
-                    "%",
-                    note="≈ 95% expected at 2 sigma: with 10 days, one outside is no surprise",
-                ),
-            ]
-            whole = union_estimate(sketches.values())
-            in_range = raw.where(F.col("event_date") <= F.lit(end))
-            total_exact = in_range.select(F.countDistinct("visitor_id")).first()[0]  # type: ignore[index]
-            error = abs(whole.value - total_exact) / total_exact * 100
-            figures.append(Figure(f"{label}: HLL union over all days, error", error, "%", note=f"{whole.label()}"))
-            # The Python library, fed the exact distinct ids, must estimate what Spark's sketches say:
-            # then any error is HLL's own, not the pipeline's.
-            ids = [r[0] for r in in_range.select("visitor_id").distinct().collect()]
-            python = union_estimate([sketch_from_ids(ids)]).value
-            figures.append(
-                Figure(
-                    f"{label}: the same union by the Python library over the exact ids, difference",
-                    abs(python - whole.value),
-                    "visitors",
-                    goal="0",
-                    note=f"{len(ids):,} distinct ids; Spark's union {whole.value:,.0f}, Python's {python:,.0f}",
-                )
+        # Distinct visitors per day: exact from raw vs the HLL sketches of agg.traffic_1d.
+        raw = spark.read.format("delta").load(settings.table_uri("raw.pageviews")).where(~F.col("is_bot"))
+        t0 = time.perf_counter()
+        exact: dict[dt.date, int] = dict(raw.groupBy("event_date").agg(F.countDistinct("visitor_id")).collect())
+        exact_s = time.perf_counter() - t0
+        days_view = spark.read.format("delta").load(settings.table_uri("agg.traffic_1d")).where("dimension = 'all'")
+        t0 = time.perf_counter()
+        sketches = {
+            r["event_date"]: r["visitors_sketch"] for r in days_view.select("event_date", "visitors_sketch").collect()
+        }
+        estimates = {d: union_estimate([s]) for d, s in sketches.items()}
+        hll_s = time.perf_counter() - t0
+        exact = {d: n for d, n in exact.items() if d in estimates}  # raw also holds visits running past the range
+        errors = sorted(abs(estimates[d].value - exact[d]) / exact[d] for d in exact)
+        within = sum(1 for d in exact if estimates[d].lower <= exact[d] <= estimates[d].upper)
+        exact_name = f"{label}: distinct visitors per day, exact COUNT(DISTINCT) on raw"
+        figures += [
+            Figure(exact_name, exact_s, "s"),
+            Figure(f"{label}: the same from the HLL sketches of agg.traffic_1d", hll_s, "s", baseline=exact_name),
+            Figure(f"{label}: HLL error per day, median", errors[len(errors) // 2] * 100, "%"),
+            Figure(f"{label}: HLL error per day, max", errors[-1] * 100, "%", note=ONE_SIGMA),
+            Figure(
+                f"{label}: days inside the 2-sigma bounds",
+                within / len(exact) * 100,
+                "%",
+                note="≈ 95% expected at 2 sigma: with 10 days, one outside is no surprise",
+            ),
+        ]
+        whole = union_estimate(sketches.values())
+        in_range = raw.where(F.col("event_date") <= F.lit(end))
+        total_exact = in_range.select(F.countDistinct("visitor_id")).first()[0]  # type: ignore[index]
+        error = abs(whole.value - total_exact) / total_exact * 100
+        figures.append(Figure(f"{label}: HLL union over all days, error", error, "%", note=f"{whole.label()}"))
+        # The Python library, fed the exact distinct ids, must estimate what Spark's sketches say:
+        # then any error is HLL's own, not the pipeline's.
+        ids = [r[0] for r in in_range.select("visitor_id").distinct().collect()]
+        python = union_estimate([sketch_from_ids(ids)]).value
+        figures.append(
+            Figure(
+                f"{label}: the same union by the Python library over the exact ids, difference",
+                abs(python - whole.value),
+                "visitors",
+                goal="0",
+                note=f"{len(ids):,} distinct ids; Spark's union {whole.value:,.0f}, Python's {python:,.0f}",
             )
-    finally:  # the warehouses only: the Spark session, kept for the benchmarks after this one, uses the rest
-        for size in sizes:
-            shutil.rmtree(home / f"warehouse-{size}", ignore_errors=True)
+        )
+        shutil.rmtree(home / f"warehouse-{size}")  # 2 GB at 10M events; the next size has its own
     return figures
 
 

@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import urlencode, urljoin
 
 from bench.dashboard import SITE, dataset
+from bench.homes import in_temporary_home
 from bench.report import Figure, print_figures
 from ops import broker, chromium
 from ops.access_commands import ensure_admin
@@ -308,8 +309,15 @@ def private_stack(home: Path, warehouse: str) -> Settings:
     return load_settings()
 
 
+@in_temporary_home("browser")
 def measure(
-    quick: bool = False, *, events: int | None = None, days: int = 90, runs: int | None = None, filters: bool = True
+    home: Path,
+    quick: bool = False,
+    *,
+    events: int | None = None,
+    days: int = 90,
+    runs: int | None = None,
+    filters: bool = True,
 ) -> list[Figure]:
     """One run: first and warm loads of each range, then range and filter changes (module docstring)."""
     from playwright.sync_api import sync_playwright
@@ -319,7 +327,7 @@ def measure(
     data, last = dataset(events, days)
     if last != dt.datetime.now(dt.UTC).date():
         print(f"the data set ends {last}, not today: the presets' days hold less data", flush=True)
-    settings = private_stack(Path(tempfile.mkdtemp(prefix="tally-bench-browser-")), data.warehouse_uri)
+    settings = private_stack(home, data.warehouse_uri)
     supervisor = Supervisor(settings.home_dir)
     admin = ensure_admin(settings)
     assert admin is not None, "a new home has no users: the first-run admin is created"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.ceiling import measure_ceiling
+from bench.homes import in_temporary_home
 from bench.loadgen import Run, http_post, run_open_loop, summary, sustained
 from bench.report import Figure, print_figures
 from bench.stack import cpu_seconds
@@ -219,15 +219,15 @@ def ramp(
     return peak
 
 
+@in_temporary_home("ingest")
 def measure(
-    quick: bool = False, *, step_seconds: float | None = None, half_seconds: float | None = None
+    home: Path, quick: bool = False, *, step_seconds: float | None = None, half_seconds: float | None = None
 ) -> list[Figure]:
     """One run: ramp each server to its highest sustained rate, then latency at half of it, then
     the batch endpoint, then Kafka's own limit on the same broker."""
     step = step_seconds or (2.0 if quick else 4.0)
     half_s = half_seconds or (4.0 if quick else 8.0)
     warmup_s = 5.0 if quick else 30.0
-    home = Path(tempfile.mkdtemp(prefix="tally-bench-ingest-"))
     env = stack_env(home) | {
         "TALLY_RATELIMIT__CLIENT_PAGEVIEWS_PER_HOUR": "1000000000",
         "TALLY_RATELIMIT__SITE_EVENTS_PER_SECOND": "1000000000",

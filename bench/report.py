@@ -3,7 +3,9 @@
 Interface of a benchmark module ``bench/<name>.py`` (follow it to add one, e.g. ``bench/dashboard.py``):
 
 - ``measure(quick: bool) -> list[Figure]``: one run on a private stack it starts and stops itself,
-  returning its figures; ``quick`` shortens it (a smoke test of the harness, not a result);
+  returning its figures; ``quick`` shortens it (a smoke test of the harness, not a result). A run
+  that needs a home of its own (a broker, warehouses, logs) is decorated with
+  :func:`bench.homes.in_temporary_home`, which passes it one and removes it when the run ends;
 - ``main(argv)``: the same run from the command line, printing its figures (``python -m bench.<name>``);
 - one :class:`Benchmark` entry in ``bench/__main__.py``'s ``BENCHMARKS``: its name (for ``--only``),
   title, how many runs (``runs``, ``quick_runs``) and the command that reproduces one run.

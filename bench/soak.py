@@ -20,7 +20,6 @@ import functools
 import json
 import multiprocessing
 import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -35,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from bench.homes import in_temporary_home
 from bench.ingest import ramp
 from bench.loadgen import Run, http_post, run_open_loop, summary
 from bench.memory import memory_verdict, native_memory_env, slope_mib_per_hour, views_parts
@@ -162,12 +162,17 @@ def _write_series(rows: list[tuple[float, str, float]]) -> None:
     print(f"memory samples: {SERIES}", flush=True)
 
 
+@in_temporary_home("soak")
 def measure(
-    quick: bool = False, *, minutes: float | None = None, rate: float | None = None, native_memory: bool = False
+    home: Path,
+    quick: bool = False,
+    *,
+    minutes: float | None = None,
+    rate: float | None = None,
+    native_memory: bool = False,
 ) -> list[Figure]:
     """One soak run on a private stack; the figures are slopes, sizes, latency and the leak scan."""
     minutes = minutes or (3.0 if quick else MINUTES)
-    home = Path(tempfile.mkdtemp(prefix="tally-bench-soak-"))
     env = stack_env(home) | {
         "TALLY_ENV": "",
         "TALLY_RATELIMIT__CLIENT_PAGEVIEWS_PER_HOUR": "1000000000",

@@ -12,13 +12,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 from deltalake import DeltaTable
 
+from bench.homes import in_temporary_home
 from bench.report import Figure, print_figures
 from ops.processes import Supervisor
 from ops.stack import stack_env
@@ -92,10 +92,10 @@ BUDGETS = {
 }
 
 
-def measure(quick: bool = False, *, seconds: float | None = None) -> list[Figure]:
+@in_temporary_home("stack")
+def measure(home: Path, quick: bool = False, *, seconds: float | None = None) -> list[Figure]:
     """One run: `tally up` on a private home, then resident memory under generated traffic."""
     seconds = seconds or (20.0 if quick else 60.0)
-    home = Path(tempfile.mkdtemp(prefix="tally-bench-"))
     env = stack_env(home) | {"TALLY_ENV": ""}  # the default configuration, as `tally up` runs it
     ingest = f"http://127.0.0.1:{env['TALLY_INGEST__PORT']}"
     started = time.monotonic()

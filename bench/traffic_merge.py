@@ -20,12 +20,12 @@ import datetime as dt
 import os
 import random
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 from deltalake import DeltaTable
 
+from bench.homes import in_temporary_home
 from bench.report import Figure, print_figures
 from jobs.batch_writers import settle
 from jobs.delta_sink import upsert
@@ -40,9 +40,9 @@ START = dt.datetime(2026, 3, 2, 8, 0)
 EDGE = 10  # batches at each end whose MERGEs are compared
 
 
-def measure(quick: bool = False, *, batches: int | None = None, rows: int = 1500) -> list[Figure]:
+@in_temporary_home("merge")
+def measure(home: Path, quick: bool = False, *, batches: int | None = None, rows: int = 1500) -> list[Figure]:
     batches = batches or (30 if quick else 60)
-    home = Path(tempfile.mkdtemp(prefix="tally-bench-merge-"))
     os.environ.update({"TALLY_HOME": str(home), "TALLY_ENV": ""})
     settings = load_settings()
     spark = spark_session(settings, "tally-bench-traffic-merge", extra=views_spark_config(settings))

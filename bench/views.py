@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import threading
 import time
 import uuid
@@ -21,6 +20,7 @@ import httpx
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from bench.homes import in_temporary_home
 from bench.report import Figure, print_figures
 from ops import broker
 from ops.processes import Supervisor
@@ -53,10 +53,11 @@ def send_steadily(url: str, site: str, rate: float, seconds: float, sent: dict[s
         i += 1
 
 
-def measure(quick: bool = False, *, rate: float = 20, seconds: float | None = None) -> list[Figure]:
+@in_temporary_home("views")
+def measure(home: Path, quick: bool = False, *, rate: float = 20, seconds: float | None = None) -> list[Figure]:
     """One run: start the views job, wait for the first beacon, then latency under steady load."""
     seconds = seconds or (30.0 if quick else 90.0)
-    env = stack_env(Path(tempfile.mkdtemp(prefix="tally-bench-views-"))) | {"TALLY_ENV": ""}
+    env = stack_env(home) | {"TALLY_ENV": ""}
     os.environ.update(env)
     settings = load_settings()
     table, sup = services(settings), Supervisor(settings.home_dir)
