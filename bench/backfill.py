@@ -1,10 +1,9 @@
 """Backfill benchmark: synthetic events -> every view, on local[2], at several sizes; and exact
 COUNT(DISTINCT visitor_id) against the HLL sketches, side by side in the same run.
 
-Each size gets its own warehouse in a temporary folder, removed when the run ends (about 2 GB for
-the three sizes; the folder keeps the Spark session's scratch space). Events are generated column
-by column (traffic.synthetic) and written to raw.pageviews with delta-rs; only the backfill is
-timed.
+Each size gets its own warehouse in the run's home (bench/homes.py), removed once the size is
+measured (about 2 GB at 10M events). Events are generated column by column (traffic.synthetic)
+and written to raw.pageviews with delta-rs; only the backfill is timed.
 
 Beside it, in the same run, the baseline a single-machine user would pick instead: DuckDB given
 the same raw rows computes the minute × dimension rows (page views, custom events, approximate

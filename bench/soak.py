@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from bench.homes import in_temporary_home
+from bench.homes import in_temporary_home, keep_home
 from bench.ingest import ramp
 from bench.loadgen import Run, http_post, run_open_loop, summary
 from bench.memory import memory_verdict, native_memory_env, slope_mib_per_hour, views_parts
@@ -235,6 +235,10 @@ def measure(
         # Half an hour of traffic is ~10^5-10^6 records: reading them all back takes minutes, not one.
         scan = scan_at_rest(home, set(CLIENT_IPS), f"127.0.0.1:{env['TALLY_KAFKA__PORT']}", kafka_timeout=1800)
         print(f"leak scan: {scan.summary()}", flush=True)
+        if scan.leaks:  # the files they are in are the evidence: the run's home is kept
+            for leak in scan.leaks:
+                print(f"client IP at rest: {leak.where} at byte {leak.offset} ({leak.form})", flush=True)
+            keep_home(home, f"{len(scan.leaks)} client IPs found at rest")
     finally:
         stop.set()
         try:  # the stack first: the client may still be in a segment, which ends by itself within a minute

@@ -17,21 +17,22 @@ from tally.site_registry import SiteRegistry
 from topics.follower import TopicFollower
 
 
-class Followed(NamedTuple):
+class FollowedRegistry(NamedTuple):
     """A registry and the follower that keeps it current."""
 
     registry: SiteRegistry
     follower: TopicFollower
 
 
-def _stop_following(followed: Followed) -> None:
-    """Stop the follower when Streamlit releases the cached registry (``st.cache_resource.clear()``);
-    its thread ends on its own within one poll, so nothing here waits for it."""
+def _stop_following(followed: FollowedRegistry) -> None:
+    """Stop the follower when Streamlit releases the cached registry (``st.cache_resource.clear()``).
+    Streamlit calls this holding its cache's lock, so nothing here waits: the thread ends on its own
+    (:meth:`topics.follower.TopicFollower.close`)."""
     followed.follower.close(timeout=0)
 
 
 @st.cache_resource(show_spinner=False, on_release=_stop_following)
-def _registry(settings: Settings) -> Followed:
+def _registry(settings: Settings) -> FollowedRegistry:
     """One registry and follower per dashboard process (and per configuration), following the topic
     for as long as the cache keeps them: the life of the process, unless the cache is cleared."""
     registry = SiteRegistry(seed=settings.sites)
@@ -42,7 +43,7 @@ def _registry(settings: Settings) -> Followed:
     follower = TopicFollower(
         client_config=settings.kafka.client_config(), topic=settings.kafka.sites_topic, apply=apply, reader="dashboard"
     )
-    return Followed(registry, follower)
+    return FollowedRegistry(registry, follower)
 
 
 def with_current_sites(settings: Settings) -> Settings:

@@ -39,6 +39,12 @@ class BlockFollower:
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            self._follow()
+        finally:
+            self._consumer.close()  # here, by the one thread that uses the consumer
+
+    def _follow(self) -> None:
         while self._running:
             msg = self._consumer.poll(0.5)
             if msg is None:
@@ -58,6 +64,7 @@ class BlockFollower:
                 log.warning("bad block record ignored", extra=kv(error=str(e)))
 
     def close(self) -> None:
+        """Stop the thread, waiting at most 2 s for it; it closes the consumer as it ends (closing it
+        from here could close it under a poll the thread is still in)."""
         self._running = False
         self._thread.join(timeout=2)
-        self._consumer.close()

@@ -1,4 +1,5 @@
-"""Test-suite wide options: full-length runs (``@pytest.mark.long``) are opt-in.
+"""Test-suite wide options and fixtures: full-length runs (``@pytest.mark.long``) are opt-in, and
+the dashboard's site follower is stopped after each test.
 
 CI runs the short version of every fault, scale and fuzz test; the full-length versions run
 with ``make test-long`` (``TALLY_LONG_TESTS=1``).
@@ -7,6 +8,8 @@ with ``make test-long`` (``TALLY_LONG_TESTS=1``).
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,3 +21,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "long" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def stop_site_followers() -> Iterator[None]:
+    """After a test that ran the dashboard page, release its cached site registry, so that the
+    follower the test started stops (``dashboard/sites.py``); its thread ends within seconds.
+    Left running, each one retried a broker that was not there until pytest ended, logging after
+    pytest had closed its streams, and kept the process multi-threaded for tests that fork."""
+    yield
+    sites = sys.modules.get("dashboard.sites")
+    if sites is not None:
+        sites._registry.clear()

@@ -91,7 +91,7 @@ class TopicFollower:
                 if not pending:
                     self.caught_up.set()
             msg = self._consumer.poll(POLL_S)
-            if msg is None:
+            if msg is None or self._stop.is_set():
                 continue
             error = msg.error()
             if error is not None:
@@ -105,9 +105,10 @@ class TopicFollower:
             self._apply(msg.key(), msg.value())
 
     def close(self, timeout: float = 2.0) -> None:
-        """Stop the thread, waiting at most ``timeout`` seconds for it. The thread closes the consumer
-        as it ends: within ``POLL_S``, or once a metadata request it is in returns (at most 5 s,
-        with the broker down). Closing the consumer from here instead could close it under a call
-        the thread is still making."""
+        """Stop the thread, waiting at most ``timeout`` seconds for it; it applies no record after
+        this. The thread closes the consumer as it ends: within ``POLL_S``, or, with the broker down,
+        once the metadata requests it is in have timed out (5 s each: the topic's, then one per
+        partition). Closing the consumer from here could close it under a call the thread is still
+        making."""
         self._stop.set()
         self._thread.join(timeout=timeout)

@@ -24,18 +24,6 @@ def restore_main_module() -> Iterator[None]:
     sys.modules["__main__"] = main_module
 
 
-@pytest.fixture(autouse=True)
-def stop_site_followers() -> Iterator[None]:
-    """After a test that ran the dashboard page, release its cached site registry, so the follower
-    that test started stops (``dashboard/sites.py``). Left running, each one retried a broker that
-    is not there until pytest ended, logged after pytest had closed its streams, and kept the
-    process multi-threaded for the tests that fork after it."""
-    yield
-    sites = sys.modules.get("dashboard.sites")
-    if sites is not None:
-        sites._registry.clear()
-
-
 @pytest.fixture
 def prepared_scans(monkeypatch: pytest.MonkeyPatch) -> PreparedScans:
     """A process's prepared scans of the test's own (query.scan_cache keeps one set per process)."""

@@ -1,11 +1,16 @@
-"""A topic follower stops when closed, and its thread closes the consumer; the dashboard's follower
-stops when Streamlit releases the cached site registry. No broker: nothing listens on the port."""
+"""A topic follower stops when closed, and its thread closes the consumer (ingest's follower of the
+blocks topic too); the dashboard's follower stops when Streamlit releases the cached site
+registry. No broker: nothing listens on the port."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 import dashboard.sites
+from ingest.blocks import BlockFollower
+from ingest.ratelimit import BlockList
 from ops.stack import free_ports
 from tally.settings import Settings, load_settings
 from topics.follower import TopicFollower
@@ -27,15 +32,24 @@ def test_a_closed_follower_stops_its_thread_and_the_thread_closes_the_consumer()
         follower._consumer.poll(0)  # closed by the thread, as it ended
 
 
-def test_closing_without_waiting_returns_and_the_thread_still_ends() -> None:
+def test_after_a_close_that_does_not_wait_the_thread_ends_on_its_own() -> None:
     follower = TopicFollower(client_config=nowhere(), topic="tally-sites", apply=lambda k, v: None, reader="test")
     follower.close(timeout=0)
     follower._thread.join(STOP_S)
     assert not follower._thread.is_alive()
 
 
+def test_a_closed_block_follower_stops_its_thread_and_the_thread_closes_the_consumer() -> None:
+    follower = BlockFollower(client_config=nowhere(), topic="ratelimit.blocks", blocks=BlockList())
+    follower.close()
+    follower._thread.join(STOP_S)  # a poll lasts 0.5 s
+    assert not follower._thread.is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        follower._consumer.poll(0)
+
+
 @pytest.fixture
-def settings(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> Settings:
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
     monkeypatch.setenv("TALLY_KAFKA__BOOTSTRAP_SERVERS", f"127.0.0.1:{free_ports(1)[0]}")
     return load_settings()
