@@ -102,7 +102,8 @@ def sidebar(view: View, sites: list[str], ask: Asker, now: dt.datetime, *, timez
                 filters[key] = picked
         menu.caption(
             "A filter applies to every panel but custom properties; filtered figures are computed from raw events"
-            " (exact)."
+            " (exact). The first filter on a range reads and sessionises its events once, which takes tens of"
+            " seconds over millions of them; the filters after it on that range reuse them."
         )
     if filters:
         bar.caption(f"Filtered by {', '.join(filters)}.")  # the keys only: a value may be a visitor's text

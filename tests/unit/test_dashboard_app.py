@@ -181,6 +181,7 @@ def test_the_filter_menu_draws_its_pickers_only_when_open_and_the_urls_filter_ho
     pickers = {s.label: s for s in app.selectbox if s.key and s.key.startswith("f_")}
     assert list(pickers) == ["Page", "Source", "Country", "Region", "City", "Device", "Browser"]
     assert pickers["Country"].value == "DE", "the picker starts from the URL's filter"
+    assert any("first filter on a range" in c.value for c in app.sidebar.caption), "what the first filter costs"
     app.session_state[FILTERS_OPEN] = False  # closed again, nothing picked: the URL's filter holds
     app.run()
     assert app.query_params["f_country"] == "DE" and not [s for s in app.selectbox if s.key == "f_country"]
