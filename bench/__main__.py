@@ -2,7 +2,8 @@
 
 ``--only NAME`` runs one benchmark (repeatable) and keeps the others' kept runs; ``--quick``
 shortens every run (the file then says so). The soak runs only when named (``--only soak``,
-``make bench-soak``): it takes 30 minutes (``--soak-minutes``). The interface a benchmark follows is in bench/report.py.
+``make bench-soak``): it takes 30 minutes (``--soak-minutes``). So does the backfill's floor
+(``--only backfill-floor``, about 20 minutes). The interface a benchmark follows is in bench/report.py.
 """
 
 from __future__ import annotations
@@ -86,6 +87,18 @@ BENCHMARKS = [
         f"{PY} bench.backfill",
         runs=1,
         note="One run only: generating and backfilling 14M events takes about half an hour on this machine.",
+    ),
+    Benchmark(
+        "backfill-floor",
+        "Backfill's floor: the events read alone, and with the sessions alone, side by side with every view",
+        backfill.measure_floor,
+        f"{PY} bench.backfill --floor",
+        runs=1,
+        note="One run: per size, four backfills of the same raw rows in one Spark session (local[2], the chunks"
+        " of bench.backfill): every view first, then the events read and cached alone (no view written), then"
+        " the events and agg.sessions alone, then every view again. The runs after the first are warm, which can"
+        " only lower them. What a change to the traffic views (the minute × dimension rows, their sketches and"
+        " digests) can save is at most every view minus the events and sessions alone.",
     ),
     Benchmark(
         "dashboard",
@@ -176,7 +189,7 @@ BENCHMARKS.append(
     )
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
-ON_REQUEST = {"soak"}  # not part of a plain `make bench`
+ON_REQUEST = {"soak", "backfill-floor"}  # not part of a plain `make bench`
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,12 +14,13 @@ numbers, not mergeable sketches, and writes nothing, so it is a lower bound, not
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 from deltalake import DeltaTable, write_deltalake
@@ -29,12 +30,15 @@ from bench.report import Figure, print_figures
 from ops.stack import stack_env
 from tally.dimensions import ALL, EVENT, TRAFFIC_DIMENSIONS
 from tally.log import setup_logging
-from tally.settings import load_settings
+from tally.settings import Settings, load_settings
 from tally.sketches import HLL_LG_K, sketch_from_ids, union_estimate
+from tally.tables import BACKFILL_VIEWS, SESSIONS, ViewSpec
 from traffic.synthetic import synthetic_events
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 EVENTS_PER_VISIT = 4.4  # what traffic.synthetic produces on average
-CHUNK_EVENTS = 3_000_000  # at most this many events per backfill job: what the default 1.5 GB driver holds
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 # The composite estimator's standard error, 1.04 / sqrt(2**lg_k): what the dashboard's ± is twice of.
 ONE_SIGMA = f"1 sigma ≈ {104 / 2 ** (HLL_LG_K / 2):.1f}% (lg_k {HLL_LG_K})"
@@ -122,6 +126,47 @@ def duckdb_baseline(uri: str, threads: int) -> dict[str, float]:
     return {"load": load, "minutes": minutes, "visits": visits}
 
 
+def _filled(home: Path, size: int, days: int, master: str) -> tuple[Settings, int]:
+    """Settings for a warehouse of its own for ``size`` in ``home``, with about ``size`` synthetic events
+    over ``days`` days written to its raw.pageviews: (settings, events written)."""
+    os.environ.update(stack_env(home) | {"TALLY_ENV": "", "TALLY_SPARK__MASTER": master})
+    os.environ["TALLY_WAREHOUSE__PATH"] = str(home / f"warehouse-{size}")
+    settings = load_settings()
+    t0 = time.perf_counter()
+    written = fill_raw(settings.table_uri("raw.pageviews"), size, days)
+    print(f"{written:,} events generated and written to raw in {time.perf_counter() - t0:.0f} s", flush=True)
+    return settings, written
+
+
+def _jobs_note(spark: SparkSession, settings: Settings, written: int, days: int, master: str) -> str:
+    """How the backfill splits the run's events into Spark jobs, as its own plan does."""
+    from jobs.backfill import chunk_events, date_chunks, raw_counts_by_date
+
+    budget = chunk_events(spark, settings)
+    end = (START + dt.timedelta(days=days - 1)).date()
+    jobs = date_chunks(
+        START.date(), end, raw_counts_by_date(settings), max_events=budget, max_days=settings.spark.backfill_chunk_days
+    )
+    heap = spark.sparkContext.getConf().get("spark.driver.memory")
+    return (
+        f"{written:,} events over {days} days, {master}, {heap} driver heap: {len(jobs)} job(s) of at most"
+        f" {budget:,} events"
+    )
+
+
+def _timed_backfill(spark: SparkSession, settings: Settings, days: int, views: Sequence[ViewSpec]) -> float:
+    """Seconds a backfill of ``views`` over the ``days`` days from START takes."""
+    from jobs.backfill import backfill
+
+    end = (START + dt.timedelta(days=days - 1)).date()
+    t0 = time.perf_counter()
+    backfill(spark, settings, start=START.date(), end=end, progress=False, views=views)
+    return time.perf_counter() - t0
+
+
+GOALS = {1_000_000: "≤ 30 s", 10_000_000: "≤ 180 s"}
+
+
 @in_temporary_home("backfill")
 def measure(
     home: Path,
@@ -137,31 +182,19 @@ def measure(
     setup_logging()
     from pyspark.sql import functions as F
 
-    from jobs.backfill import backfill
     from jobs.spark import local_cores, spark_session
 
-    os.environ.update(stack_env(home) | {"TALLY_ENV": "", "TALLY_SPARK__MASTER": master})
     figures: list[Figure] = []
     for size in sizes:
-        os.environ["TALLY_WAREHOUSE__PATH"] = str(home / f"warehouse-{size}")
-        settings = load_settings()
-        # `tally backfill` chunks by dates; dense synthetic days get fewer per job, as an operator would set.
-        chunk_days = max(1, min(settings.spark.backfill_chunk_days, CHUNK_EVENTS * days // size))
-        spark_settings = dataclasses.replace(settings.spark, backfill_chunk_days=chunk_days)
-        settings = dataclasses.replace(settings, spark=spark_settings)
-        t0 = time.perf_counter()
-        written = fill_raw(settings.table_uri("raw.pageviews"), size, days)
-        print(f"{written:,} events generated and written to raw in {time.perf_counter() - t0:.0f} s", flush=True)
+        settings, written = _filled(home, size, days, master)
         # One session for every size: a stopped SparkContext cannot be restarted cleanly in-process.
         spark = spark_session(settings, "tally-bench-backfill")
-        end = (START + dt.timedelta(days=days - 1)).date()
-        t0 = time.perf_counter()
-        backfill(spark, settings, start=START.date(), end=end, progress=False)
-        seconds = time.perf_counter() - t0
+        seconds = _timed_backfill(spark, settings, days, BACKFILL_VIEWS)
         print(f"backfill of {written:,} events into every view: {seconds:.1f} s", flush=True)
         label = f"{size / 1e6:g}M events"
-        goal = {1_000_000: "≤ 30 s", 10_000_000: "≤ 180 s"}.get(size, "")
-        note = f"{written:,} events over {days} days, {master}, {chunk_days}-day chunks"
+        goal = GOALS.get(size, "")
+        note = _jobs_note(spark, settings, written, days, master)
+        end = (START + dt.timedelta(days=days - 1)).date()
         threads = local_cores(master) or os.cpu_count() or 1
         duck = duckdb_baseline(settings.table_uri("raw.pageviews"), threads)
         duck_name = f"{label}: DuckDB baseline, minute × dimension rows and visits, load included"
@@ -227,15 +260,67 @@ def measure(
     return figures
 
 
+FLOOR_SIZES = [1_000_000, 10_000_000]
+
+
+@in_temporary_home("backfill-floor")
+def measure_floor(
+    home: Path,
+    quick: bool = False,
+    *,
+    sizes: list[int] | None = None,
+    days: int | None = None,
+    master: str = "local[2]",
+) -> list[Figure]:
+    """One run: for each size, fill raw, then four backfills in one Spark session, timed: every view;
+    reading the events alone (each chunk's events read and cached, no view written); reading them
+    plus agg.sessions (the work a backfill does before any traffic view: its floor); and every view
+    again, which shows what the first one spent warming the JVM up.
+
+    Every view goes first, so the first size's JVM warms up in it, as in ``measure``; the floors
+    after it run warm, which can only make them lower.
+    """
+    sizes = sizes or ([200_000] if quick else FLOOR_SIZES)
+    days = days or (2 if quick else 10)
+    setup_logging()
+    from jobs.spark import spark_session
+
+    figures: list[Figure] = []
+    for size in sizes:
+        settings, written = _filled(home, size, days, master)
+        spark = spark_session(settings, "tally-bench-backfill-floor")
+        label = f"{size / 1e6:g}M events"
+        every = f"{label}: backfill into every view"
+        runs = [
+            (every, BACKFILL_VIEWS, GOALS.get(size, "")),
+            (f"{label}: reading the events alone, no view written", (), ""),
+            (f"{label}: reading the events and {SESSIONS.table} alone", (SESSIONS,), ""),
+            (f"{label}: every view again, in the same warm JVM", BACKFILL_VIEWS, ""),
+        ]
+        for name, views, goal in runs:
+            seconds = _timed_backfill(spark, settings, days, views)
+            print(f"{name}: {seconds:.1f} s", flush=True)
+            note = _jobs_note(spark, settings, written, days, master) if name == every else ""
+            figures.append(Figure(name, seconds, "s", baseline=None if name == every else every, goal=goal, note=note))
+        shutil.rmtree(home / f"warehouse-{size}")
+    return figures
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.backfill", description=__doc__)
-    parser.add_argument("--sizes", default="1000000,3000000,10000000", help="event counts, comma-separated")
+    parser.add_argument("--sizes", help="event counts, comma-separated (default 1000000,3000000,10000000)")
     parser.add_argument("--days", type=int, default=10, help="days the events span")
     parser.add_argument("--master", default="local[2]", help="Spark master for the backfill")
     parser.add_argument("--quick", action="store_true", help="one small size (a smoke test)")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="time every view beside the events read alone and with the sessions alone (sizes default to 1M, 10M)",
+    )
     args = parser.parse_args(argv)
-    sizes = None if args.quick else [int(s) for s in args.sizes.split(",")]
-    print_figures(measure(args.quick, sizes=sizes, days=None if args.quick else args.days, master=args.master))
+    sizes = None if args.quick or args.sizes is None else [int(s) for s in args.sizes.split(",")]
+    run = measure_floor if args.floor else measure
+    print_figures(run(args.quick, sizes=sizes, days=None if args.quick else args.days, master=args.master))
 
 
 if __name__ == "__main__":

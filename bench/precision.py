@@ -23,7 +23,6 @@ Three parts, each measured for both lg_k with the same inputs and the same warm-
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import itertools
 import json
@@ -41,7 +40,7 @@ from typing import Any
 import datasketches
 import numpy as np
 
-from bench.backfill import CHUNK_EVENTS, START, fill_raw
+from bench.backfill import START, fill_raw
 from bench.hll import Sample, inside, spark_sketch
 from bench.report import Figure, print_figures
 from tally.settings import Settings, load_settings
@@ -170,8 +169,6 @@ def backfill_worker(days: int, master: str, events: int) -> None:
     from jobs.spark import spark_session
 
     settings = load_settings()
-    chunk_days = max(1, min(settings.spark.backfill_chunk_days, CHUNK_EVENTS * days // events))
-    settings = dataclasses.replace(settings, spark=dataclasses.replace(settings.spark, backfill_chunk_days=chunk_days))
     spark = spark_session(settings, "tally-bench-precision")
     t0 = time.perf_counter()
     backfill(spark, settings, start=START.date(), end=(START + dt.timedelta(days=days - 1)).date(), progress=False)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tqdm import tqdm
@@ -27,6 +28,7 @@ from jobs.views import VIEW_FIELDS, with_event_ts
 from tally.log import kv
 from tally.settings import Settings
 from tally.spans import spark_interval
+from tally.storage import find_table
 from tally.tables import (
     ACTIVE_5M,
     BACKFILL_VIEWS,
@@ -213,28 +215,91 @@ def backfill(
     site_id: str | None = None,
     allow_empty: bool = False,
     progress: bool = True,
+    views: Sequence[ViewSpec] = BACKFILL_VIEWS,
 ) -> BackfillPlan:
-    """Recompute every view for ``start..end``, ``spark.backfill_chunk_days`` dates at a time.
+    """Recompute ``views`` (every view by default) for ``start..end``, in chunks of dates
+    (``date_chunks``): at most ``spark.backfill_chunk_days`` dates and ``chunk_events`` raw events each.
 
     Each chunk replaces its dates in each view atomically, so memory stays bounded by a chunk
     whatever the range, and an interrupted backfill leaves every date either old or new. Dates
     without raw events (of ``site_id``, if given) are kept unless ``allow_empty``; the returned
-    plan names them.
+    plan names them. A view left out of ``views`` is not computed unless one named is rolled up
+    from it (the hours from the minutes), and is never written. With no views, a backfill only
+    reads and caches each chunk's events: ``bench.backfill --floor`` times that.
     """
+    unknown = [spec.table for spec in views if spec not in BACKFILL_VIEWS]
+    if unknown:
+        raise BackfillError(f"{', '.join(unknown)}: not a view a backfill writes; choose from {_view_names()}")
     if end < start:
         raise BackfillError(f"--to {end} is before --from {start}")
-    step = dt.timedelta(days=max(1, settings.spark.backfill_chunk_days))
-    chunks = []
-    first = start
-    while first <= end:
-        chunks.append((first, min(end, first + step - dt.timedelta(days=1))))
-        first += step
+    budget = chunk_events(spark, settings)
+    chunks = date_chunks(
+        start, end, raw_counts_by_date(settings), max_events=budget, max_days=settings.spark.backfill_chunk_days
+    )
+    log.info("backfill planned", extra=kv(chunks=len(chunks), events_per_chunk=budget, start=str(start), end=str(end)))
     counts: dict[dt.date, int] = {}
-    bar = tqdm(total=len(chunks) * len(BACKFILL_VIEWS), desc="backfill", unit="view", disable=not progress)
+    bar = tqdm(total=len(chunks) * len(views), desc="backfill", unit="view", disable=not progress)
     with bar:
         for chunk_start, chunk_end in chunks:
-            counts |= _backfill_chunk(spark, settings, chunk_start, chunk_end, site_id, allow_empty, bar)
+            counts |= _backfill_chunk(spark, settings, chunk_start, chunk_end, site_id, allow_empty, views, bar)
     return BackfillPlan(start, end, site_id, counts, allow_empty)
+
+
+# Events a backfill job holds per GiB of the driver's heap on a local master: its events are cached
+# for the views to read, and their aggregates hold a partition's groups. A 3-day job of 3M events
+# (4M read, with the day after and a session gap before) ran on a 1.5 GiB heap; 10M events in one
+# 10-day job on 6 GiB (docs/OPERATIONS.md, "Where its time goes").
+EVENTS_PER_GIB = 2_000_000
+
+
+def chunk_events(spark: SparkSession, settings: Settings) -> int:
+    """At most this many raw events per backfill job: ``spark.backfill_chunk_events``, or with 0 what
+    the driver's heap holds (``EVENTS_PER_GIB``). On a cluster, set it for the executors' memory."""
+    from jobs.spark import jvm_size_bytes
+
+    if settings.spark.backfill_chunk_events > 0:
+        return settings.spark.backfill_chunk_events
+    heap = jvm_size_bytes(spark.sparkContext.getConf().get("spark.driver.memory", "1g"))
+    return max(1, int(EVENTS_PER_GIB * heap / 2**30))
+
+
+def raw_counts_by_date(settings: Settings) -> dict[dt.date, int] | None:
+    """Rows of raw.pageviews per date, every site's, from the Delta log's file statistics (no scan);
+    None when a file has none (then only ``backfill_chunk_days`` bounds a job)."""
+    table = find_table(settings, RAW_PAGEVIEWS)
+    if table is None:
+        return {}
+    files = pa.table(table.get_add_actions(flatten=True))
+    counts: dict[dt.date, int] = {}
+    for day, rows in zip(files["partition.event_date"].to_pylist(), files["num_records"].to_pylist(), strict=True):
+        if rows is None:
+            return None
+        counts[day] = counts.get(day, 0) + rows
+    return counts
+
+
+def date_chunks(
+    start: dt.date, end: dt.date, events_by_date: dict[dt.date, int] | None, *, max_events: int, max_days: int
+) -> list[tuple[dt.date, dt.date]]:
+    """``start..end`` as runs of consecutive dates, (first, last) each: at most ``max_days`` dates
+    and, where ``events_by_date`` is known, at most ``max_events`` events a run. A date with more
+    events than that is a run of its own."""
+    chunks: list[tuple[dt.date, dt.date]] = []
+    held = 0
+    for day in dates_between(start, end):
+        events = 0 if events_by_date is None else events_by_date.get(day, 0)
+        last = chunks[-1] if chunks else None
+        if last and (last[1] - last[0]).days + 1 < max(1, max_days) and held + events <= max_events:
+            chunks[-1] = (last[0], day)
+            held += events
+        else:
+            chunks.append((day, day))
+            held = events
+    return chunks
+
+
+def _view_names() -> str:
+    return ", ".join(spec.table for spec in BACKFILL_VIEWS)
 
 
 def _backfill_chunk(
@@ -244,9 +309,10 @@ def _backfill_chunk(
     end: dt.date,
     site_id: str | None,
     allow_empty: bool,
+    views: Sequence[ViewSpec],
     bar: tqdm,  # type: ignore[type-arg]
 ) -> dict[dt.date, int]:
-    """Recompute every view for one chunk of dates; returns the raw events per date it read."""
+    """Recompute ``views`` for one chunk of dates; returns the raw events per date it read."""
     # Sessions near the range's edges need their neighbours: a gap before, a day after.
     since = F.lit(_midnight(start)) - F.expr(f"INTERVAL {spark_interval(settings.spark.session_gap)}")
     day = dt.timedelta(days=1)
@@ -269,16 +335,16 @@ def _backfill_chunk(
         for kept in sorted(set(dates_between(start, end)) - set(replaced)):
             log.info("no raw events, views kept", extra=kv(date=str(kept), site=site_id))
         if not replaced:
-            bar.update(len(BACKFILL_VIEWS))
+            bar.update(len(views))
             return counts
-        views = compute_views(events, settings, start, end)
-        with _cached(views[TRAFFIC_1M]), _cached(views[TRAFFIC_1H]), _cached(views[SESSIONS]):
-            for spec in BACKFILL_VIEWS:
+        computed = compute_views(events, settings, start, end)
+        with _cached(computed[TRAFFIC_1M]), _cached(computed[TRAFFIC_1H]), _cached(computed[SESSIONS]):
+            for spec in views:
                 bar.set_postfix_str(f"{start}..{end} {spec.table}")
                 began = time.monotonic()
                 # The predicate each write replaces covers exactly the dates (of the site) that had raw events.
                 for first, last in date_runs(replaced):
-                    replace_dates(views[spec], spec, settings, start=first, end=last, site_id=site_id)
+                    replace_dates(computed[spec], spec, settings, start=first, end=last, site_id=site_id)
                 seconds = round(time.monotonic() - began, 1)
                 log.info("view backfilled", extra=kv(view=spec.table, start=str(start), end=str(end), seconds=seconds))
                 bar.update()

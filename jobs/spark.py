@@ -55,6 +55,49 @@ def local_cores(master: str) -> int | None:
     return len(os.sched_getaffinity(0)) if cores == "*" else int(cores)
 
 
+# ``spark.driver_memory: auto``: a quarter of the machine's memory (a JVM's own default maximum
+# heap), at least 1 GiB and at most 8 GiB.
+AUTO_HEAP_SHARE = 4
+AUTO_HEAP_MIB = (1024, 8192)
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit where lower (a container's)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():  # "max" where there is no limit
+            total = min(total, int(text))
+    return total
+
+
+def batch_driver_memory(settings: Settings, *, memory: int | None = None) -> str:
+    """The batch jobs' driver heap: ``spark.driver_memory``, or for ``auto`` a quarter of ``memory``
+    (the machine's, by default) within ``AUTO_HEAP_MIB``. On a local master the driver runs the
+    tasks, so its heap bounds the events a backfill job holds (``jobs.backfill.chunk_events``)."""
+    configured = settings.spark.driver_memory
+    if configured != "auto":
+        return configured
+    mib = (machine_memory() if memory is None else memory) // AUTO_HEAP_SHARE // 2**20
+    low, high = AUTO_HEAP_MIB
+    return f"{min(high, max(low, mib))}m"
+
+
+_JVM_SIZE = re.compile(r"(\d+)\s*([kmgt]?)b?", re.IGNORECASE)
+
+
+def jvm_size_bytes(text: str) -> int:
+    """A JVM memory size as Spark takes it (``1536m``, ``6g``, ``512k``, bytes) in bytes."""
+    found = _JVM_SIZE.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"{text!r} is not a memory size: use a number with k, m, g or t, e.g. 1536m")
+    power = "bkmgt".index(found.group(2).lower() or "b")
+    return int(found.group(1)) << (10 * power)
+
+
 def shuffle_partitions(settings: Settings) -> int | None:
     """``spark.shuffle_partitions``, or with 0 one per core of a local master (None: Spark's default).
 
@@ -96,7 +139,7 @@ def spark_session(settings: Settings, app_name: str, *, extra: Mapping[str, str]
     builder = (
         SparkSession.builder.appName(app_name)
         .master(s.master)
-        .config("spark.driver.memory", s.driver_memory)
+        .config("spark.driver.memory", batch_driver_memory(settings))
         .config("spark.driver.host", driver_host)
         .config("spark.driver.bindAddress", driver_host)
         .config("spark.jars", ",".join(spark_jars(object_store=settings.warehouse.on_object_store)))

@@ -227,7 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("--visitor", help="visitor_id to delete")
     forget.add_argument("--before", help="delete every event dated before this day (YYYY-MM-DD)")
     forget.add_argument("--no-backfill", action="store_true", help="do not recompute the visitor's dates now")
-    backfill = add("backfill", cmd_backfill, "Recompute every view for a range of dates from raw.pageviews.")
+    backfill = add(
+        "backfill", cmd_backfill, "Recompute the views (every one, or those --view names) for a range of dates."
+    )
     add_backfill_arguments(backfill)
     audit = add(
         "audit", run_audit, "Reconcile Kafka, raw.pageviews and the views for event dates; exit 1 on a mismatch."

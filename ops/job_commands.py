@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from tally.settings import Settings
+from tally.tables import BACKFILL_VIEWS, ViewSpec
 
 if TYPE_CHECKING:
     from jobs.backfill import BackfillPlan
@@ -42,6 +43,20 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also replace dates with no raw events, emptying their views (default: keep them as they are)",
     )
+    parser.add_argument(
+        "--view",
+        dest="views",
+        action="append",
+        choices=[spec.table for spec in BACKFILL_VIEWS],
+        metavar="TABLE",
+        help="recompute only this view (repeatable; default: every view), e.g. after fixing a bug in it: "
+        + ", ".join(spec.table for spec in BACKFILL_VIEWS),
+    )
+
+
+def named_views(tables: list[str] | None) -> list[ViewSpec]:
+    """The views ``--view`` names, in the order a backfill writes them; every view if none is named."""
+    return [spec for spec in BACKFILL_VIEWS if not tables or spec.table in tables]
 
 
 def run_backfill(
@@ -53,19 +68,28 @@ def run_backfill(
     dry_run: bool,
     allow_empty: bool = False,
     progress: bool = True,
+    views: list[ViewSpec] | None = None,
 ) -> int:
-    """Run (or plan) a backfill and print its report; the exit code for the CLI."""
+    """Run (or plan) a backfill of ``views`` (every view by default) and print its report; the exit
+    code for the CLI."""
     from jobs.backfill import BackfillError, backfill, plan
     from jobs.spark import spark_session
-    from tally.tables import BACKFILL_VIEWS
 
+    views = list(BACKFILL_VIEWS) if views is None else views
     spark = spark_session(settings, "tally-backfill")
     try:
         if dry_run:
             report = plan(spark, settings, start, end, site_id, allow_empty=allow_empty)
         else:
             report = backfill(
-                spark, settings, start=start, end=end, site_id=site_id, allow_empty=allow_empty, progress=progress
+                spark,
+                settings,
+                start=start,
+                end=end,
+                site_id=site_id,
+                allow_empty=allow_empty,
+                progress=progress,
+                views=views,
             )
     except BackfillError as e:
         print(f"tally backfill: {e}", file=sys.stderr)
@@ -74,13 +98,13 @@ def run_backfill(
         # Every backfill is checked: a failing partition is quarantined until fixed.
         from quality.checks import run_checks
 
-        tables = [spec.table for spec in BACKFILL_VIEWS]
+        tables = [spec.table for spec in views]
         checked = run_checks(settings, dates=report.replaced_dates, tables=tables)
         failed = [f"{o.table} {o.partition_date}" for o in checked.outcomes if o.failed]
         print(f"data-quality suites: {len(checked.outcomes)} partitions checked, {len(failed)} quarantined")
         for name in failed:
             print(f"  quarantined: {name} (see `tally check --table ... --date ...`)")
-    print("\n".join(backfill_report_lines(report, dry_run=dry_run, views=[spec.table for spec in BACKFILL_VIEWS])))
+    print("\n".join(backfill_report_lines(report, dry_run=dry_run, views=[spec.table for spec in views])))
     return 0
 
 
@@ -119,4 +143,5 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         dry_run=args.dry_run,
         allow_empty=args.allow_empty,
         progress=sys.stderr.isatty(),
+        views=named_views(args.views),
     )

@@ -116,7 +116,9 @@ class KafkaSettings:
 @dataclass(frozen=True)
 class SparkSettings:
     master: str = "local[*]"
-    driver_memory: str = "1536m"  # heap of the batch jobs' driver: backfill, `tally sql`
+    # Heap of the batch jobs' driver (backfill, `tally sql`): "auto" is a quarter of the machine's
+    # memory, 1g to 8g (jobs.spark.batch_driver_memory); or a JVM size such as "1536m".
+    driver_memory: str = "auto"
     # Heap of the long-running streaming views job (its window state is in RocksDB, off the heap).
     # With the state on the heap and G1, 768m ran out at 500 events/s (OutOfMemoryError after 18
     # minutes, bench.soak). The serial collector fills the heap with garbage up to this maximum
@@ -156,7 +158,11 @@ class SparkSettings:
     # (docs/OPERATIONS.md, "Memory").
     views_gc_seconds: float = 120.0
     metrics_port: int = 8794  # Prometheus /metrics of the streaming views on 127.0.0.1; 0 = off
-    backfill_chunk_days: int = 7  # a backfill recomputes this many dates per Spark job (bounds memory)
+    # A backfill recomputes at most this many dates per Spark job, and at most backfill_chunk_events
+    # events: 0 = what the driver's heap holds, 2M per GiB (jobs.backfill.chunk_events). A date with
+    # more events than that is a job of its own.
+    backfill_chunk_days: int = 31
+    backfill_chunk_events: int = 0
     # CPU niceness `tally up` starts the views job with (0-19): on a shared machine the batch work
     # yields the cores to ingest, so a page view never waits on an aggregate.
     nice: int = 10

@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 from jobs.backfill import backfill
 from ops.job_commands import run_backfill
 from tally.settings import Settings
-from tally.tables import BACKFILL_VIEWS, TRAFFIC_1D, ViewSpec
+from tally.tables import BACKFILL_VIEWS, SESSIONS, TRAFFIC_1D, ViewSpec
 from tests.integration.views_support import write_raw
 from traffic.synthetic import synthetic_events
 
@@ -113,3 +113,18 @@ def test_a_backfill_with_allow_empty_empties_the_views_of_a_date_without_raw_row
     after = snapshot(iso)
     assert not any(len(after[spec, DAYS[1], site]) for spec in BACKFILL_VIEWS for site in SITES)
     assert all(len(after[TRAFFIC_1D, DAYS[0], site]) for site in SITES)
+
+
+def test_a_backfill_of_named_views_writes_those_alone(
+    retained: dict[str, Any], spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first date still has both sites' raw rows, so its views are what the first backfill wrote.
+    iso: Settings = retained["settings"]
+    written = versions(iso)
+    done = run_backfill(iso, start=DAYS[0], end=DAYS[0], site_id=None, dry_run=False, progress=False, views=[SESSIONS])
+    assert done == 0
+    assert f"replaced 1 date in: {SESSIONS.table}\n" in capsys.readouterr().out
+    after = versions(iso)
+    assert [table for table in after if after[table] != written[table]] == [SESSIONS.table]
+    rows = snapshot(iso)
+    assert all(rows[SESSIONS, DAYS[0], site].equals(retained["before"][SESSIONS, DAYS[0], site]) for site in SITES)

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from jobs.backfill import BackfillPlan, date_runs, dates_between, replaced_dates
+from jobs.backfill import BackfillError, BackfillPlan, backfill, date_runs, dates_between, replaced_dates
 from ops.cli import build_parser, cmd_forget
-from ops.job_commands import backfill_report_lines
+from ops.job_commands import backfill_report_lines, named_views
 from tally.settings import load_settings
+from tally.tables import BACKFILL_VIEWS, SESSIONS, TRAFFIC_1D, ViewSpec
 
 JAN = [dt.date(2026, 1, d) for d in range(1, 8)]
 
@@ -92,6 +93,23 @@ def test_the_backfill_command_takes_allow_empty() -> None:
     parse = build_parser().parse_args
     assert parse(["backfill", "--from", "2026-01-01", "--to", "2026-01-02"]).allow_empty is False
     assert parse(["backfill", "--from", "2026-01-01", "--to", "2026-01-02", "--allow-empty"]).allow_empty is True
+
+
+def test_the_backfill_command_names_views_and_writes_them_in_its_own_order(capsys: pytest.CaptureFixture[str]) -> None:
+    parse = build_parser().parse_args
+    dates = ["backfill", "--from", "2026-01-01", "--to", "2026-01-02"]
+    assert named_views(parse(dates).views) == list(BACKFILL_VIEWS)
+    chosen = parse([*dates, "--view", SESSIONS.table, "--view", TRAFFIC_1D.table]).views
+    assert named_views(chosen) == [TRAFFIC_1D, SESSIONS]  # traffic before sessions, as every backfill writes
+    with pytest.raises(SystemExit):
+        parse([*dates, "--view", "agg.nope"])
+    assert "invalid choice: 'agg.nope'" in capsys.readouterr().err
+
+
+def test_a_backfill_of_a_table_that_is_not_a_view_says_which_to_choose() -> None:
+    raw = ViewSpec("raw.pageviews", ("event_id",))
+    with pytest.raises(BackfillError, match=r"raw.pageviews: not a view a backfill writes; choose from agg\."):
+        backfill(None, load_settings(), start=JAN[0], end=JAN[0], views=[raw])  # type: ignore[arg-type]
 
 
 @dataclass
