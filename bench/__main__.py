@@ -2,8 +2,9 @@
 
 ``--only NAME`` runs one benchmark (repeatable) and keeps the others' kept runs; ``--quick``
 shortens every run (the file then says so). The soak runs only when named (``--only soak``,
-``make bench-soak``): it takes 30 minutes (``--soak-minutes``). So does the backfill's floor
-(``--only backfill-floor``, about 20 minutes). The interface a benchmark follows is in bench/report.py.
+``make bench-soak``): it takes 30 minutes (``--soak-minutes``). The backfill's floor, about
+20 minutes, also runs only when named (``--only backfill-floor``). The interface a benchmark
+follows is in bench/report.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ import argparse
 import dataclasses
 import datetime as dt
 import functools
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ import uvicorn
 
 from bench.dashboard import SITE, RawScans, dataset, timed
 from bench.report import Figure, print_figures
+from ops.stack import free_ports
 from tally.log import setup_logging
 from tally.settings import Settings
 
@@ -107,18 +107,12 @@ def raw_scan(settings: Settings, sql: str) -> Callable[[], Any]:
     return lambda: reader.query(sql)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def api_server(settings: Settings) -> Iterator[str]:
     """A fresh API process-equivalent (its own app and readers) on a free port; yields its query URL."""
     from api.app import create_app
 
-    port = _free_port()
+    (port,) = free_ports(1)
     own = dataclasses.replace(settings, api=dataclasses.replace(settings.api, port=port, requests_per_hour=10**9))
     server = uvicorn.Server(uvicorn.Config(create_app(own), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

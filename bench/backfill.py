@@ -140,13 +140,10 @@ def _filled(home: Path, size: int, days: int, master: str) -> tuple[Settings, in
 
 def _jobs_note(spark: SparkSession, settings: Settings, written: int, days: int, master: str) -> str:
     """How the backfill splits the run's events into Spark jobs, as its own plan does."""
-    from jobs.backfill import chunk_events, date_chunks, raw_counts_by_date
+    from jobs.backfill_chunks import chunk_events, plan_chunks
 
     budget = chunk_events(spark, settings)
-    end = (START + dt.timedelta(days=days - 1)).date()
-    jobs = date_chunks(
-        START.date(), end, raw_counts_by_date(settings), max_events=budget, max_days=settings.spark.backfill_chunk_days
-    )
+    jobs = plan_chunks(settings, START.date(), (START + dt.timedelta(days=days - 1)).date(), budget)
     heap = spark.sparkContext.getConf().get("spark.driver.memory")
     return (
         f"{written:,} events over {days} days, {master}, {heap} driver heap: {len(jobs)} job(s) of at most"

@@ -17,18 +17,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
 from jobs import props, ratelimit, sessions, traffic, vitals
+from jobs.backfill_chunks import chunk_events, plan_chunks
 from jobs.delta_sink import replace_dates, table_exists
 from jobs.views import VIEW_FIELDS, with_event_ts
 from tally.log import kv
 from tally.settings import Settings
 from tally.spans import spark_interval
-from tally.storage import find_table
 from tally.tables import (
     ACTIVE_5M,
     BACKFILL_VIEWS,
@@ -218,7 +217,7 @@ def backfill(
     views: Sequence[ViewSpec] = BACKFILL_VIEWS,
 ) -> BackfillPlan:
     """Recompute ``views`` (every view by default) for ``start..end``, in chunks of dates
-    (``date_chunks``): at most ``spark.backfill_chunk_days`` dates and ``chunk_events`` raw events each.
+    (``jobs.backfill_chunks``): at most ``spark.backfill_chunk_days`` dates and ``chunk_events`` raw events each.
 
     Each chunk replaces its dates in each view atomically, so memory stays bounded by a chunk
     whatever the range, and an interrupted backfill leaves every date either old or new. Dates
@@ -233,9 +232,7 @@ def backfill(
     if end < start:
         raise BackfillError(f"--to {end} is before --from {start}")
     budget = chunk_events(spark, settings)
-    chunks = date_chunks(
-        start, end, raw_counts_by_date(settings), max_events=budget, max_days=settings.spark.backfill_chunk_days
-    )
+    chunks = plan_chunks(settings, start, end, budget)
     log.info("backfill planned", extra=kv(chunks=len(chunks), events_per_chunk=budget, start=str(start), end=str(end)))
     counts: dict[dt.date, int] = {}
     bar = tqdm(total=len(chunks) * len(views), desc="backfill", unit="view", disable=not progress)
@@ -243,59 +240,6 @@ def backfill(
         for chunk_start, chunk_end in chunks:
             counts |= _backfill_chunk(spark, settings, chunk_start, chunk_end, site_id, allow_empty, views, bar)
     return BackfillPlan(start, end, site_id, counts, allow_empty)
-
-
-# Events a backfill job holds per GiB of the driver's heap on a local master: its events are cached
-# for the views to read, and their aggregates hold a partition's groups. A 3-day job of 3M events
-# (4M read, with the day after and a session gap before) ran on a 1.5 GiB heap; 10M events in one
-# 10-day job on 6 GiB (docs/OPERATIONS.md, "Where its time goes").
-EVENTS_PER_GIB = 2_000_000
-
-
-def chunk_events(spark: SparkSession, settings: Settings) -> int:
-    """At most this many raw events per backfill job: ``spark.backfill_chunk_events``, or with 0 what
-    the driver's heap holds (``EVENTS_PER_GIB``). On a cluster, set it for the executors' memory."""
-    from jobs.spark import jvm_size_bytes
-
-    if settings.spark.backfill_chunk_events > 0:
-        return settings.spark.backfill_chunk_events
-    heap = jvm_size_bytes(spark.sparkContext.getConf().get("spark.driver.memory", "1g"))
-    return max(1, int(EVENTS_PER_GIB * heap / 2**30))
-
-
-def raw_counts_by_date(settings: Settings) -> dict[dt.date, int] | None:
-    """Rows of raw.pageviews per date, every site's, from the Delta log's file statistics (no scan);
-    None when a file has none (then only ``backfill_chunk_days`` bounds a job)."""
-    table = find_table(settings, RAW_PAGEVIEWS)
-    if table is None:
-        return {}
-    files = pa.table(table.get_add_actions(flatten=True))
-    counts: dict[dt.date, int] = {}
-    for day, rows in zip(files["partition.event_date"].to_pylist(), files["num_records"].to_pylist(), strict=True):
-        if rows is None:
-            return None
-        counts[day] = counts.get(day, 0) + rows
-    return counts
-
-
-def date_chunks(
-    start: dt.date, end: dt.date, events_by_date: dict[dt.date, int] | None, *, max_events: int, max_days: int
-) -> list[tuple[dt.date, dt.date]]:
-    """``start..end`` as runs of consecutive dates, (first, last) each: at most ``max_days`` dates
-    and, where ``events_by_date`` is known, at most ``max_events`` events a run. A date with more
-    events than that is a run of its own."""
-    chunks: list[tuple[dt.date, dt.date]] = []
-    held = 0
-    for day in dates_between(start, end):
-        events = 0 if events_by_date is None else events_by_date.get(day, 0)
-        last = chunks[-1] if chunks else None
-        if last and (last[1] - last[0]).days + 1 < max(1, max_days) and held + events <= max_events:
-            chunks[-1] = (last[0], day)
-            held += events
-        else:
-            chunks.append((day, day))
-            held = events
-    return chunks
 
 
 def _view_names() -> str:
@@ -352,7 +296,7 @@ def _backfill_chunk(
 
 
 # At most this many events per shuffle partition in a backfill job. The views' aggregates (HLL
-# sketches, value lists) hold a partition's groups in memory: on the default 1.5 GB driver, 10M
+# sketches, value lists) hold a partition's groups in memory: on a 1.5 GB driver (the default then), 10M
 # events in 3-day jobs ran out of heap with 2 partitions (about 2M events each), and once more in
 # the second job with 7 (600k each).
 EVENTS_PER_SHUFFLE_PARTITION = 300_000

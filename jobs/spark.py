@@ -62,16 +62,39 @@ AUTO_HEAP_MIB = (1024, 8192)
 
 
 def machine_memory() -> int:
-    """Bytes of memory this process may use: the machine's, or its cgroup's limit where lower (a container's)."""
+    """Bytes of memory this process may use: the machine's, or where lower the limit of its cgroup
+    or of a cgroup above it (a container's, a systemd service's ``MemoryMax``)."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(limit).read_text().strip()
-        except OSError:
+    return min([total, *cgroup_memory_limits()])
+
+
+def cgroup_memory_limits(proc: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> list[int]:
+    """The memory limits (bytes) of this process's cgroup and those above it: cgroup v2 (``memory.max``),
+    or v1's memory controller (``memory.limit_in_bytes``). None found: an empty list."""
+    try:
+        lines = proc.read_text().splitlines()
+    except OSError:
+        return []
+    limits = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            name, base = "memory.max", root
+        elif "memory" in controllers.split(","):
+            name, base = "memory.limit_in_bytes", root / "memory"
+        else:
             continue
-        if text.isdigit():  # "max" where there is no limit
-            total = min(total, int(text))
-    return total
+        group = base / path.lstrip("/")
+        for folder in (group, *group.parents):
+            try:
+                text = (folder / name).read_text().strip()
+            except OSError:
+                text = ""
+            if text.isdigit():  # "max": no limit
+                limits.append(int(text))
+            if folder == base:
+                break
+    return limits
 
 
 def batch_driver_memory(settings: Settings, *, memory: int | None = None) -> str:
@@ -84,18 +107,6 @@ def batch_driver_memory(settings: Settings, *, memory: int | None = None) -> str
     mib = (machine_memory() if memory is None else memory) // AUTO_HEAP_SHARE // 2**20
     low, high = AUTO_HEAP_MIB
     return f"{min(high, max(low, mib))}m"
-
-
-_JVM_SIZE = re.compile(r"(\d+)\s*([kmgt]?)b?", re.IGNORECASE)
-
-
-def jvm_size_bytes(text: str) -> int:
-    """A JVM memory size as Spark takes it (``1536m``, ``6g``, ``512k``, bytes) in bytes."""
-    found = _JVM_SIZE.fullmatch(text.strip())
-    if found is None:
-        raise ValueError(f"{text!r} is not a memory size: use a number with k, m, g or t, e.g. 1536m")
-    power = "bkmgt".index(found.group(2).lower() or "b")
-    return int(found.group(1)) << (10 * power)
 
 
 def shuffle_partitions(settings: Settings) -> int | None:

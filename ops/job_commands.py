@@ -105,7 +105,19 @@ def run_backfill(
         for name in failed:
             print(f"  quarantined: {name} (see `tally check --table ... --date ...`)")
     print("\n".join(backfill_report_lines(report, dry_run=dry_run, views=[spec.table for spec in views])))
+    if dry_run:
+        from jobs.backfill_chunks import chunk_events, plan_chunks
+
+        budget = chunk_events(spark, settings)
+        print(jobs_line(plan_chunks(settings, start, end, budget), budget))
     return 0
+
+
+def jobs_line(chunks: list[tuple[dt.date, dt.date]], budget: int) -> str:
+    """How a backfill would split its dates into Spark jobs (the ``--dry-run`` report's last line)."""
+    runs = ", ".join(str(first) if first == last else f"{first} .. {last}" for first, last in chunks)
+    jobs = "1 Spark job" if len(chunks) == 1 else f"{len(chunks)} Spark jobs"
+    return f"in {jobs} of at most {budget:,} raw events each (spark.backfill_chunk_events): {runs}"
 
 
 def backfill_report_lines(report: BackfillPlan, *, dry_run: bool, views: list[str]) -> list[str]:

@@ -56,6 +56,19 @@ def check_nice(key: str, value: int) -> None:
         raise SettingsError(f"{key}: {value} is not a CPU niceness; use 0 (no change) to 19 (lowest priority)")
 
 
+_JVM_SIZE = re.compile(r"(\d+)([kmgt])", re.IGNORECASE)
+
+
+def jvm_size_bytes(text: str, key: str = "memory") -> int:
+    """A JVM memory size with its unit (``1536m``, ``6g``, ``512k``) in bytes, as Spark reads its
+    ``spark.driver.memory``; ``key`` names the setting in the error."""
+    found = _JVM_SIZE.fullmatch(text.strip())
+    if found is None:
+        raise SettingsError(f"{key}: {text!r} is not a memory size; use a number with k, m, g or t, e.g. 1536m or 6g")
+    power = " kmgt".index(found.group(2).lower())
+    return int(found.group(1)) << (10 * power)
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     bootstrap_servers: str = ""
@@ -184,6 +197,16 @@ class SparkSettings:
         if self.shuffle_partitions < 0:
             raise SettingsError(
                 f"spark.shuffle_partitions: {self.shuffle_partitions} must be 0 (one per local core) or more"
+            )
+        if self.driver_memory != "auto":
+            jvm_size_bytes(self.driver_memory, "spark.driver_memory (or auto)")
+        jvm_size_bytes(self.views_driver_memory, "spark.views_driver_memory")
+        if self.backfill_chunk_days < 1:
+            raise SettingsError(f"spark.backfill_chunk_days: {self.backfill_chunk_days} must be 1 or more")
+        if self.backfill_chunk_events < 0:
+            raise SettingsError(
+                f"spark.backfill_chunk_events: {self.backfill_chunk_events} must be 0 (what the driver's heap"
+                " holds) or more"
             )
 
 

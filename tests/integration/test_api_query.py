@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from deltalake import DeltaTable
 
 from api.app import create_app
 from api.keys import create_key, revoke_key
+from ops.stack import free_ports
 from query.aggregates import Range
 from query.raw import RawQuery
 from tally.settings import Settings
@@ -37,16 +37,10 @@ DAYS = Range(MARCH_FIRST, MARCH_LAST)
 WHOLE = ["2026-03-01", "2026-03-04"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def api(march: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("api-query")
-    port = free_port()
+    port = free_ports(1)[0]
     # The session's shared backfilled tables (read only), with a home of its own for the keys.
     iso = dataclasses.replace(
         march, home=str(home), api=dataclasses.replace(march.api, port=port, requests_per_hour=100_000)

@@ -87,7 +87,12 @@ def test_a_backfill_keeps_the_views_of_a_date_without_raw_rows_and_names_it(
     iso: Settings = retained["settings"]
     before: Snapshot = retained["before"]
     assert run_backfill(iso, start=DAYS[0], end=DAYS[2], site_id=None, dry_run=True, progress=False) == 0
-    assert f"  {DAYS[1]}: no raw events, views would be kept" in capsys.readouterr().out
+    planned = capsys.readouterr().out
+    assert f"  {DAYS[1]}: no raw events, views would be kept" in planned
+    assert (
+        f"in 1 Spark job of at most 2,000,000 raw events each (spark.backfill_chunk_events): {DAYS[0]} .. {DAYS[2]}"
+        in planned
+    )
 
     with caplog.at_level(logging.INFO, logger="tally.jobs.backfill"):
         done = backfill(spark, iso, start=DAYS[0], end=DAYS[2], progress=False)

@@ -14,7 +14,6 @@ import datetime as dt
 import email
 import email.policy
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,6 +29,7 @@ from notify.channels import channels
 from notify.ledger import open_ledger
 from notify.observe import DeadLetterFigures, site_figures
 from notify.reports import due_reports, send
+from ops.stack import free_ports
 from query.aggregates import Aggregates, Range
 from query.freshness import views_lag
 from query.sources import Sources
@@ -53,12 +53,6 @@ RULES = {
     "views_lag",
     "quarantine",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Mailbox:
@@ -97,7 +91,7 @@ class Receiver(ThreadingHTTPServer):
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, Any]]:
     mailbox = Mailbox()
-    smtp = Controller(mailbox, hostname="127.0.0.1", port=free_port())
+    smtp = Controller(mailbox, hostname="127.0.0.1", port=free_ports(1)[0])
     smtp.start()
     receiver = Receiver()
     thread = threading.Thread(target=receiver.serve_forever, daemon=True)
@@ -199,7 +193,7 @@ def test_a_stopped_smtp_server_is_retried_then_recorded_as_failed(
 ) -> None:
     from ops.notify_commands import run_alerts_status
 
-    gone = Controller(servers["mailbox"], hostname="127.0.0.1", port=free_port())
+    gone = Controller(servers["mailbox"], hostname="127.0.0.1", port=free_ports(1)[0])
     gone.start()
     gone.stop()  # its port now refuses connections
     stopped = dataclasses.replace(

@@ -11,7 +11,7 @@ import pytest
 
 from jobs.backfill import BackfillError, BackfillPlan, backfill, date_runs, dates_between, replaced_dates
 from ops.cli import build_parser, cmd_forget
-from ops.job_commands import backfill_report_lines, named_views
+from ops.job_commands import backfill_report_lines, jobs_line, named_views
 from tally.settings import load_settings
 from tally.tables import BACKFILL_VIEWS, SESSIONS, TRAFFIC_1D, ViewSpec
 
@@ -93,6 +93,15 @@ def test_the_backfill_command_takes_allow_empty() -> None:
     parse = build_parser().parse_args
     assert parse(["backfill", "--from", "2026-01-01", "--to", "2026-01-02"]).allow_empty is False
     assert parse(["backfill", "--from", "2026-01-01", "--to", "2026-01-02", "--allow-empty"]).allow_empty is True
+
+
+def test_a_dry_run_names_the_spark_jobs_it_would_run() -> None:
+    line = jobs_line([(JAN[0], JAN[2]), (JAN[3], JAN[3])], 3_000_000)
+    assert line == (
+        "in 2 Spark jobs of at most 3,000,000 raw events each (spark.backfill_chunk_events):"
+        " 2026-01-01 .. 2026-01-03, 2026-01-04"
+    )
+    assert jobs_line([(JAN[0], JAN[0])], 5).startswith("in 1 Spark job of at most 5 raw events each")
 
 
 def test_the_backfill_command_names_views_and_writes_them_in_its_own_order(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,10 +7,10 @@ connections rather than hold requests back, or its "peak" would measure its own 
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 
 from bench.loadgen import Run, http_post, run_open_loop, sustained
+from ops.stack import free_ports
 
 
 def _request(port: int) -> Callable[[int], bytes]:
@@ -36,9 +36,7 @@ def test_max_connections_bounds_the_pool(slow_server: int) -> None:
 
 
 def test_a_refused_connection_counts_as_a_failed_request() -> None:
-    with socket.socket() as probe:  # a port with nothing listening on it
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports(1)  # a port with nothing listening on it
     run = run_open_loop(port, _request(port), rate=50, seconds=0.2, connections=0)
     assert run.errors == 10
     assert run.statuses == {}
@@ -53,9 +51,7 @@ def test_the_warm_up_is_sent_on_the_same_schedule_but_not_timed(slow_server: int
 
 
 def test_a_failure_in_the_warm_up_still_fails_the_run() -> None:
-    with socket.socket() as probe:  # a port with nothing listening on it
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports(1)  # a port with nothing listening on it
     run = run_open_loop(port, _request(port), rate=50, seconds=0.2, warmup_s=0.2, connections=0)
     assert (run.warmup_failures, run.errors) == (10, 10)
     answered = Run(50, 0.2, [1.0] * 10, errors=0, statuses={202: 10}, warmup_failures=1)

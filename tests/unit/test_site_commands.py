@@ -3,7 +3,6 @@ runs the commands against a real broker)."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from ops import site_commands
 from ops.cli import build_parser
+from ops.stack import free_ports
 from tally.settings import KafkaSettings, Settings, SiteSettings
 from tally.site_registry import SiteRegistry
 
@@ -142,9 +142,7 @@ def test_removing_an_unknown_site_names_the_configured_ones_and_tally_site_list(
 
 
 def test_without_kafka_the_commands_say_to_start_it(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports(1)  # a port nothing listens on
     settings = Settings(home=str(tmp_path), sites=SEED, kafka=KafkaSettings(port=port))
     with pytest.raises(site_commands.SiteCommandError, match=r"does not answer.*tally up.*a\.example") as raised:
         site_commands.current_sites(settings, timeout=1.0)

@@ -16,6 +16,7 @@ import pytest
 import tally
 from ingest.__main__ import serve_metrics
 from ingest.app import create_app
+from ops.stack import free_ports
 from tally.settings import IngestSettings, Settings, SettingsError
 
 
@@ -59,14 +60,8 @@ def multiproc_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     yield tmp_path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_metrics_are_served_on_loopback_only(multiproc_dir: Path) -> None:
-    port = free_port()
+    port = free_ports(1)[0]
     server = serve_metrics(port)
     try:
         assert server.server_address[0] == "127.0.0.1"
