@@ -22,7 +22,6 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-import jobs.backfill as backfill_module
 from jobs.backfill import backfill
 from jobs.streaming import start
 from tally.dimensions import ALL, NONE_VALUE
@@ -135,12 +134,11 @@ def tables(
 
 
 def test_the_stream_computed_vitals_view_equals_a_backfill_of_the_same_raw_events(
-    tables: dict[str, Any], spark: Any, monkeypatch: pytest.MonkeyPatch
+    tables: dict[str, Any], spark: Any
 ) -> None:
     iso: Settings = tables["settings"]
     # The real backfill, writing only this view: the others' equality is test_views.py's.
-    monkeypatch.setattr(backfill_module, "BACKFILL_VIEWS", (VITALS_1H,))
-    backfill(spark, iso, start=START.date(), end=START.date(), progress=False)
+    backfill(spark, iso, start=START.date(), end=START.date(), progress=False, views=(VITALS_1H,))
     batch = view(iso, VITALS_1H.table)
     assert_same_rows(tables["stream"], batch, VITALS_1H.keys, VITALS_1H.table)
 
