@@ -138,12 +138,17 @@ def _filled(home: Path, size: int, days: int, master: str) -> tuple[Settings, in
     return settings, written
 
 
+def _last_day(days: int) -> dt.date:
+    """The last date of the ``days`` days of events from START."""
+    return (START + dt.timedelta(days=days - 1)).date()
+
+
 def _jobs_note(spark: SparkSession, settings: Settings, written: int, days: int, master: str) -> str:
     """How the backfill splits the run's events into Spark jobs, as its own plan does."""
     from jobs.backfill_chunks import chunk_events, plan_chunks
 
     budget = chunk_events(spark, settings)
-    jobs = plan_chunks(settings, START.date(), (START + dt.timedelta(days=days - 1)).date(), budget)
+    jobs = plan_chunks(settings, START.date(), _last_day(days), budget)
     heap = spark.sparkContext.getConf().get("spark.driver.memory")
     return (
         f"{written:,} events over {days} days, {master}, {heap} driver heap: {len(jobs)} job(s) of at most"
@@ -155,9 +160,8 @@ def _timed_backfill(spark: SparkSession, settings: Settings, days: int, views: S
     """Seconds a backfill of ``views`` over the ``days`` days from START takes."""
     from jobs.backfill import backfill
 
-    end = (START + dt.timedelta(days=days - 1)).date()
     t0 = time.perf_counter()
-    backfill(spark, settings, start=START.date(), end=end, progress=False, views=views)
+    backfill(spark, settings, start=START.date(), end=_last_day(days), progress=False, views=views)
     return time.perf_counter() - t0
 
 
@@ -191,7 +195,7 @@ def measure(
         label = f"{size / 1e6:g}M events"
         goal = GOALS.get(size, "")
         note = _jobs_note(spark, settings, written, days, master)
-        end = (START + dt.timedelta(days=days - 1)).date()
+        end = _last_day(days)
         threads = local_cores(master) or os.cpu_count() or 1
         duck = duckdb_baseline(settings.table_uri("raw.pageviews"), threads)
         duck_name = f"{label}: DuckDB baseline, minute × dimension rows and visits, load included"

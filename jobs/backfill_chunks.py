@@ -65,7 +65,7 @@ def date_chunks(
         events = events_by_date.get(day, 0)
         after = events_by_date.get(day + dt.timedelta(days=1), 0)
         last = chunks[-1] if chunks else None
-        if last and (day - last[0]).days < max(1, max_days) and held + events + after <= max_events:
+        if last and (day - last[0]).days < max_days and held + events + after <= max_events:
             chunks[-1] = (last[0], day)
             held += events
         else:
