@@ -8,7 +8,9 @@ ignored (the caller's copy is replayed; ``event_id`` deduplication downstream dr
 
 A fatal producer error (the idempotent producer can no longer guarantee order or no
 duplicates) makes every later ``produce()`` fail: the producer is then replaced by a new one,
-and the old one is kept only until it has reported on every record it held.
+and the old one is kept only until it has reported on every record it held. The caller may
+replace it too (:meth:`EventLog.renew`), as the spool's replayer does when every delivery keeps
+timing out although the broker is back.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class EventLog:
         self._fatal: str | None = None  # set by the error callback: replace the producer at the next poll
         self._last_error = ""
         self._retired: list[Producer] = []  # replaced producers still holding records to report on
-        self.replaced = 0  # producers replaced after a fatal error
+        self.replaced = 0  # producers replaced (after a fatal error, or renewed by the caller)
         self._producer = self._new_producer()
         self._poll_interval_s = poll_interval_s
         self._poller: asyncio.TimerHandle | None = None
@@ -113,6 +115,11 @@ class EventLog:
             log.warning("kafka producer not purged", extra=kv(error=str(e)))
         self._retired.append(old)
         log.warning("kafka producer replaced", extra=kv(reason=reason, replaced=self.replaced))
+
+    def renew(self, reason: str) -> None:
+        """Replace the producer by a new one (new connections, a new producer id); the records the
+        old one still holds fail their appends, so the caller must hold copies (the spool does)."""
+        self._replace_producer(reason)
 
     def _poll(self) -> None:
         """Serve delivery reports (their callbacks settle the appends' futures), then poll again."""

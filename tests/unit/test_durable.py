@@ -12,7 +12,7 @@ from typing import ClassVar
 from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import REGISTRY
 
-from ingest.durable import DurableLog
+from ingest.durable import RENEW_AFTER_FAILURES, DurableLog
 from ingest.eventlog import AckTimeout, AppendFailed, EventLog
 from ingest.spool import Record, Spool
 
@@ -27,6 +27,10 @@ class FlakyKafka:
         self.errors = list(errors)
         self.delay_s = delay_s
         self.stored: list[Record] = []
+        self.renewed: list[str] = []  # the reasons the durable log gave for replacing the producer
+
+    def renew(self, reason: str) -> None:
+        self.renewed.append(reason)
 
     async def append(self, records: list[Record], *, timeout_s: float | None = None) -> None:
         if self.errors:
@@ -85,6 +89,40 @@ def test_the_replayer_outlives_kafka_exceptions_and_spool_io_errors(tmp_path: Pa
 
     run_replayer(store, check)
     assert store.degraded is False and spool.size() == 0
+
+
+def test_the_producer_is_renewed_after_every_few_failed_replays_in_a_row(tmp_path: Path) -> None:
+    timeouts = [AppendFailed("Local: Message timed out") for _ in range(2 * RENEW_AFTER_FAILURES + 1)]
+    kafka = FlakyKafka(*timeouts)
+    spool = Spool(tmp_path)
+    store = durable(kafka, spool)
+    spool.append([R1])
+    store.degraded = True
+
+    async def main() -> None:
+        for attempt in range(1, len(timeouts) + 1):
+            assert await store.replay_once() == 0
+            assert len(kafka.renewed) == attempt // RENEW_AFTER_FAILURES, attempt
+        assert await store.replay_once() == 1
+
+    asyncio.run(main())
+    assert kafka.stored == [R1] and not store.degraded and store.replay_failures == 0
+    assert kafka.renewed[0].startswith(f"{RENEW_AFTER_FAILURES} spool replays failed in a row: Local: Message")
+
+
+def test_spool_errors_do_not_renew_the_producer(tmp_path: Path) -> None:
+    kafka = FlakyKafka()
+    spool = FailingReads(tmp_path)
+    spool.failures = RENEW_AFTER_FAILURES
+    store = durable(kafka, spool)
+    spool.append([R1])
+    store.degraded = True
+
+    async def check() -> None:
+        await until(lambda: kafka.stored == [R1])
+
+    run_replayer(store, check)
+    assert kafka.renewed == []
 
 
 def test_a_dead_workers_spool_is_replayed_even_when_the_first_attempt_fails(tmp_path: Path) -> None:
@@ -274,6 +312,26 @@ def test_a_fatal_producer_error_replaces_the_producer_and_fails_what_it_held() -
         assert len(FakeProducer.made) == 2 and log.replaced == 1
         FakeProducer.made[1].release = True
         await log.append([R2], timeout_s=1.0)
+
+    asyncio.run(main())
+
+
+def test_renew_replaces_the_producer_and_fails_what_the_old_one_held() -> None:
+    log = event_log()
+
+    async def main() -> None:
+        held = asyncio.create_task(log.append([R1]))
+        await asyncio.sleep(0.01)
+        log.renew("replays kept timing out")
+        assert len(FakeProducer.made) == 2 and log.replaced == 1
+        try:
+            await asyncio.wait_for(held, 2)
+            raise AssertionError("expected AppendFailed")
+        except AppendFailed:
+            pass  # the old producer's record is reported failed: the spool's copy is replayed
+        FakeProducer.made[1].release = True
+        await log.append([R2], timeout_s=1.0)  # the new producer takes new records
+        assert FakeProducer.made[1].queued == []
 
     asyncio.run(main())
 

@@ -24,6 +24,9 @@ class DownKafka:
     async def append(self, records: list[Record], *, timeout_s: float | None = None) -> None:
         raise AppendFailed("Local: Message timed out")
 
+    def renew(self, reason: str) -> None:
+        pass
+
 
 def disk_full(fd: int, data: bytes | memoryview) -> int:
     raise OSError(errno.ENOSPC, "No space left on device")
