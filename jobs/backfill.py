@@ -13,8 +13,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from tqdm import tqdm
 
 from jobs import props, ratelimit, sessions, traffic, vitals
-from jobs.backfill_chunks import chunk_events, plan_chunks
+from jobs.backfill_chunks import chunk_events, dates_between, plan_chunks
 from jobs.delta_sink import replace_dates, table_exists
 from jobs.views import VIEW_FIELDS, with_event_ts
 from tally.log import kv
@@ -78,11 +78,6 @@ class BackfillPlan:
         """Dates with no raw events whose views the backfill leaves as they are."""
         replaced = set(self.replaced_dates)
         return [d for d in self.dates if d not in replaced]
-
-
-def dates_between(start: dt.date, end: dt.date) -> list[dt.date]:
-    """Every date of ``start..end``, inclusive."""
-    return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
 
 
 def replaced_dates(dates: list[dt.date], raw_events_by_date: dict[dt.date, int], *, allow_empty: bool) -> list[dt.date]:
@@ -184,21 +179,39 @@ def compute_views(events: DataFrame, settings: Settings, start: dt.date, end: dt
     first = _midnight(start)
     after = _midnight(end + dt.timedelta(days=1)) + traffic.ACTIVE_WINDOW - traffic.ACTIVE_STEP
     windowed = events.where((F.col("event_ts") >= F.lit(first)) & (F.col("event_ts") < F.lit(after)))
-    minutes = traffic.with_digests(traffic.traffic_minutes_batch(windowed))
-    hours = traffic.roll_up(minutes, "hour")
-    visits = sessions.sessions(events, settings.spark.session_gap)
-    return {
-        TRAFFIC_1M: minutes,
-        TRAFFIC_1H: hours,
-        TRAFFIC_1D: traffic.roll_up(hours, "day"),
-        ACTIVE_5M: traffic.active_visitors(minutes),
-        SESSIONS: visits,
-        VISITS_1H: sessions.visits(visits, "hour"),
-        VISITS_1D: sessions.visits(visits, "day"),
+    computed = {
+        TRAFFIC_1M: traffic.with_digests(traffic.traffic_minutes_batch(windowed)),
+        SESSIONS: sessions.sessions(events, settings.spark.session_gap),
         RATELIMIT: ratelimit.ratelimit_counts(windowed),
         PROPS_1D: props.props_days(windowed),
         VITALS_1H: vitals.with_digests(vitals.vitals_hours(windowed)),
     }
+    for spec, (source, roll_up) in ROLL_UPS.items():
+        computed[spec] = roll_up(computed[source])
+    return {spec: computed[spec] for spec in BACKFILL_VIEWS}
+
+
+# The views rolled up from another view's frame instead of from the events: (that view, how), each
+# after the view it reads.
+ROLL_UPS: dict[ViewSpec, tuple[ViewSpec, Callable[[DataFrame], DataFrame]]] = {
+    TRAFFIC_1H: (TRAFFIC_1M, lambda minutes: traffic.roll_up(minutes, "hour")),
+    TRAFFIC_1D: (TRAFFIC_1H, lambda hours: traffic.roll_up(hours, "day")),
+    ACTIVE_5M: (TRAFFIC_1M, traffic.active_visitors),
+    VISITS_1H: (SESSIONS, lambda visits: sessions.visits(visits, "hour")),
+    VISITS_1D: (SESSIONS, lambda visits: sessions.visits(visits, "day")),
+}
+
+
+def shared_frames(views: Sequence[ViewSpec]) -> list[ViewSpec]:
+    """The frames a backfill of ``views`` reads more than once (written, or rolled up into a view it
+    needs), in ``BACKFILL_VIEWS`` order: those are cached while the chunk is written, the others not."""
+    needed = set(views)
+    for spec in views:
+        while spec in ROLL_UPS:
+            spec = ROLL_UPS[spec][0]
+            needed.add(spec)
+    reads = [ROLL_UPS[spec][0] for spec in needed if spec in ROLL_UPS]
+    return [spec for spec in BACKFILL_VIEWS if (spec in views) + reads.count(spec) > 1]
 
 
 def _midnight(day: dt.date) -> dt.datetime:
@@ -223,7 +236,8 @@ def backfill(
     whatever the range, and an interrupted backfill leaves every date either old or new. Dates
     without raw events (of ``site_id``, if given) are kept unless ``allow_empty``; the returned
     plan names them. A view left out of ``views`` is not computed unless one named is rolled up
-    from it (the hours from the minutes), and is never written. With no views, a backfill only
+    from it (the hours from the minutes), and is never written; a view's rows are cached only if
+    read more than once (``shared_frames``). With no views, a backfill only
     reads and caches each chunk's events: ``bench.backfill --floor`` times that.
     """
     unknown = [spec.table for spec in views if spec not in BACKFILL_VIEWS]
@@ -282,7 +296,9 @@ def _backfill_chunk(
             bar.update(len(views))
             return counts
         computed = compute_views(events, settings, start, end)
-        with _cached(computed[TRAFFIC_1M]), _cached(computed[TRAFFIC_1H]), _cached(computed[SESSIONS]):
+        with ExitStack() as shared:
+            for spec in shared_frames(views):
+                shared.enter_context(_cached(computed[spec]))
             for spec in views:
                 bar.set_postfix_str(f"{start}..{end} {spec.table}")
                 began = time.monotonic()

@@ -24,6 +24,11 @@ EVENTS_PER_GIB = 2_000_000
 UNCOUNTED_CHUNK_DAYS = 7
 
 
+def dates_between(start: dt.date, end: dt.date) -> list[dt.date]:
+    """Every date of ``start..end``, inclusive."""
+    return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
+
+
 def chunk_events(spark: SparkSession, settings: Settings) -> int:
     """At most this many raw events per backfill job: ``spark.backfill_chunk_events``, or with 0 what
     the driver's heap holds (``EVENTS_PER_GIB``). On a cluster, set it for the executors' memory."""
@@ -61,7 +66,7 @@ def date_chunks(
         events_by_date, max_days = {}, min(max_days, UNCOUNTED_CHUNK_DAYS)
     chunks: list[tuple[dt.date, dt.date]] = []
     held = 0
-    for day in (start + dt.timedelta(days=i) for i in range((end - start).days + 1)):
+    for day in dates_between(start, end):
         events = events_by_date.get(day, 0)
         after = events_by_date.get(day + dt.timedelta(days=1), 0)
         last = chunks[-1] if chunks else None

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from jobs.backfill import BackfillError, BackfillPlan, backfill, date_runs, dates_between, replaced_dates
+from jobs.backfill import BackfillError, BackfillPlan, backfill, date_runs, replaced_dates
+from jobs.backfill_chunks import dates_between
 from ops.cli import build_parser, cmd_forget
 from ops.job_commands import backfill_report_lines, jobs_line, named_views
 from tally.settings import load_settings
