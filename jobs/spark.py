@@ -131,7 +131,8 @@ def spark_session(settings: Settings, app_name: str, *, extra: Mapping[str, str]
     Small-machine defaults: the UI off, few shuffle partitions, Delta snapshot state in few
     partitions. ``spark.master`` comes from config, so the same job runs on ``local[*]`` or a
     cluster without code changes. ``extra`` adds Spark settings of one job's own; its
-    ``spark.driver.extraJavaOptions`` are added to the factory's own, not put in their place.
+    ``spark.driver.extraJavaOptions`` are added to the factory's own, not put in their place, and
+    take the place of the batch jobs' ``spark.java_options``.
     """
     from pyspark.sql import SparkSession
 
@@ -163,7 +164,7 @@ def spark_session(settings: Settings, app_name: str, *, extra: Mapping[str, str]
         .config("spark.sql.warehouse.dir", str(settings.home_dir / "spark" / "sql-warehouse"))
     )
     own = dict(extra or {})
-    java_options = driver_java_options(local_dir, own.pop("spark.driver.extraJavaOptions", ""))
+    java_options = driver_java_options(local_dir, own.pop("spark.driver.extraJavaOptions", s.java_options))
     builder = builder.config("spark.driver.extraJavaOptions", java_options)
     partitions = shuffle_partitions(settings)
     if partitions is not None:
