@@ -5,8 +5,9 @@ leader election), every event goes to the spool (so order is kept) and the endpo
 ``degraded``; a replayer sends the spool to Kafka in order once the broker answers again
 (``draining``), then ingest returns to writing to Kafka directly (``ok``). The replayer
 survives every error: it logs it, waits (longer after each failure in a row) and tries again.
-After ``RENEW_AFTER_FAILURES`` Kafka failures in a row it also replaces the Kafka producer, which
-starts again from new connections and metadata: once, in the fault tests, every replayed
+After ``RENEW_AFTER_FAILURES`` replays failed on Kafka without progress (spool errors are not
+counted) it also replaces the Kafka producer, which starts again from new connections and metadata, and again
+after every as many more: once, in the fault tests, every replayed
 delivery timed out for four minutes after the broker had restarted (2026-11-30).
 """
 
@@ -62,6 +63,7 @@ class DurableLog:
         self.ack_timeout_s = ack_timeout_ms / 1000 if ack_timeout_ms else None
         self.degraded = False  # new records go to the spool until a replay succeeds
         self.replay_failures = 0  # replay attempts failed in a row
+        self.kafka_failures = 0  # of those, Kafka's, since the producer was last renewed
         self._sent_at = float("-inf")  # monotonic time the replayer last got a chunk into Kafka
 
     async def append(self, records: list[Record]) -> str:
@@ -91,7 +93,7 @@ class DurableLog:
         while chunk := list(islice(it, REPLAY_CHUNK)):
             await self.kafka.append(chunk)
             self._sent_at = time.monotonic()
-            self.replay_failures = 0  # progress: draining, and the next attempt comes without delay
+            self.replay_failures = self.kafka_failures = 0  # progress: draining, the next attempt without delay
 
     async def replay_once(self) -> int:
         """Send spooled records (dead workers' files first, then ours) to Kafka; return how many.
@@ -116,13 +118,15 @@ class DurableLog:
         except AppendFailed as e:
             self.degraded = True
             self._failed(e, sent)
-            if self.replay_failures % RENEW_AFTER_FAILURES == 0:
-                self.kafka.renew(f"{self.replay_failures} spool replays failed in a row: {e}")
+            self.kafka_failures += 1
+            if self.kafka_failures >= RENEW_AFTER_FAILURES:
+                self.kafka.renew(f"{self.kafka_failures} spool replays failed on Kafka without progress: {e}")
+                self.kafka_failures = 0
             return sent
         if self.degraded or sent:
             log.info("kafka back, spool replayed", extra=kv(records=sent))
         self.degraded = False
-        self.replay_failures = 0
+        self.replay_failures = self.kafka_failures = 0
         return sent
 
     def _failed(self, error: BaseException, sent: int) -> None:

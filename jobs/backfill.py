@@ -202,16 +202,17 @@ ROLL_UPS: dict[ViewSpec, tuple[ViewSpec, Callable[[DataFrame], DataFrame]]] = {
 }
 
 
-def shared_frames(views: Sequence[ViewSpec]) -> list[ViewSpec]:
+def shared_frames(views: Sequence[ViewSpec], *, runs: int = 1) -> list[ViewSpec]:
     """The frames a backfill of ``views`` reads more than once (written, or rolled up into a view it
-    needs), in ``BACKFILL_VIEWS`` order: those are cached while the chunk is written, the others not."""
+    needs, once per run of dates a chunk writes), in ``BACKFILL_VIEWS`` order: those are cached while
+    the chunk is written, the others not."""
     needed = set(views)
     for spec in views:
         while spec in ROLL_UPS:
             spec = ROLL_UPS[spec][0]
             needed.add(spec)
     reads = [ROLL_UPS[spec][0] for spec in needed if spec in ROLL_UPS]
-    return [spec for spec in BACKFILL_VIEWS if (spec in views) + reads.count(spec) > 1]
+    return [spec for spec in BACKFILL_VIEWS if runs * ((spec in views) + reads.count(spec)) > 1]
 
 
 def _midnight(day: dt.date) -> dt.datetime:
@@ -297,7 +298,7 @@ def _backfill_chunk(
             return counts
         computed = compute_views(events, settings, start, end)
         with ExitStack() as shared:
-            for spec in shared_frames(views):
+            for spec in shared_frames(views, runs=len(date_runs(replaced))):
                 shared.enter_context(_cached(computed[spec]))
             for spec in views:
                 bar.set_postfix_str(f"{start}..{end} {spec.table}")

@@ -137,7 +137,7 @@ class SparkSettings:
     # minutes, bench.soak). The serial collector fills the heap with garbage up to this maximum
     # between full collections; views_gc_seconds keeps it near the live set (about 0.2 GiB).
     views_driver_memory: str = "1g"
-    # JVM options of the batch jobs (backfill, `tally sql`); a job with options of its own (the views
+    # JVM options of the batch jobs' driver (backfill, `tally sql`); a job with options of its own (the views
     # job: views_java_options) has those instead. The parallel collector: the 10M-event backfill
     # took 7% less time than with the JVM's default, G1 (docs/OPERATIONS.md, "Backfill").
     java_options: str = "-XX:+UseParallelGC"

@@ -37,3 +37,10 @@ def test_each_roll_up_comes_after_the_view_it_reads() -> None:
     order = [TRAFFIC_1M, SESSIONS, *ROLL_UPS]
     for spec, (source, _) in ROLL_UPS.items():
         assert order.index(source) < order.index(spec), spec.table
+
+
+def test_a_chunk_written_in_several_runs_of_dates_caches_every_frame_it_reads() -> None:
+    assert shared_frames((SESSIONS,), runs=2) == [SESSIONS]
+    assert shared_frames((TRAFFIC_1D,), runs=2) == [TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D]
+    assert shared_frames((PROPS_1D,), runs=3) == [PROPS_1D]
+    assert shared_frames((SESSIONS,), runs=1) == []

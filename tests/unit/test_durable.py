@@ -89,6 +89,7 @@ def test_the_replayer_outlives_kafka_exceptions_and_spool_io_errors(tmp_path: Pa
 
     run_replayer(store, check)
     assert store.degraded is False and spool.size() == 0
+    assert kafka.renewed == []  # one failure on Kafka: the producer is kept
 
 
 def test_the_producer_is_renewed_after_every_few_failed_replays_in_a_row(tmp_path: Path) -> None:
@@ -107,11 +108,13 @@ def test_the_producer_is_renewed_after_every_few_failed_replays_in_a_row(tmp_pat
 
     asyncio.run(main())
     assert kafka.stored == [R1] and not store.degraded and store.replay_failures == 0
-    assert kafka.renewed[0].startswith(f"{RENEW_AFTER_FAILURES} spool replays failed in a row: Local: Message")
+    assert kafka.renewed[0].startswith(f"{RENEW_AFTER_FAILURES} spool replays failed on Kafka without progress: Local")
 
 
-def test_spool_errors_do_not_renew_the_producer(tmp_path: Path) -> None:
-    kafka = FlakyKafka()
+def replayed_with_spool_errors(tmp_path: Path, kafka_failures: int) -> FlakyKafka:
+    """Replay one record through a spool whose reads fail ``RENEW_AFTER_FAILURES`` times first, then
+    a Kafka that fails ``kafka_failures`` times; returns the Kafka."""
+    kafka = FlakyKafka(*[AppendFailed("Local: Message timed out") for _ in range(kafka_failures)])
     spool = FailingReads(tmp_path)
     spool.failures = RENEW_AFTER_FAILURES
     store = durable(kafka, spool)
@@ -122,7 +125,13 @@ def test_spool_errors_do_not_renew_the_producer(tmp_path: Path) -> None:
         await until(lambda: kafka.stored == [R1])
 
     run_replayer(store, check)
-    assert kafka.renewed == []
+    return kafka
+
+
+def test_spool_errors_do_not_count_towards_renewing_the_producer(tmp_path: Path) -> None:
+    assert replayed_with_spool_errors(tmp_path / "a", 0).renewed == []
+    assert replayed_with_spool_errors(tmp_path / "b", RENEW_AFTER_FAILURES - 1).renewed == []
+    assert len(replayed_with_spool_errors(tmp_path / "c", RENEW_AFTER_FAILURES).renewed) == 1
 
 
 def test_a_dead_workers_spool_is_replayed_even_when_the_first_attempt_fails(tmp_path: Path) -> None:
