@@ -6,9 +6,9 @@ leader election), every event goes to the spool (so order is kept) and the endpo
 (``draining``), then ingest returns to writing to Kafka directly (``ok``). The replayer
 survives every error: it logs it, waits (longer after each failure in a row) and tries again.
 After ``RENEW_AFTER_FAILURES`` replays failed on Kafka without progress (spool errors are not
-counted) it also replaces the Kafka producer, which starts again from new connections and metadata, and again
-after every as many more: once, in the fault tests, every replayed
-delivery timed out for four minutes after the broker had restarted (2026-11-30).
+counted), and after every as many more, it also replaces the Kafka producer, which starts again
+from new connections and metadata: once, in the fault tests, every replayed delivery timed out
+for four minutes after the broker had restarted (2026-11-30).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ SPOOLING = Counter(
 REPLAY_CHUNK = 2000
 REPLAY_INTERVAL_S = 1.0
 MAX_BACKOFF_S = 10.0  # between replay attempts after failures in a row
-RENEW_AFTER_FAILURES = 3  # Kafka failures of the replay in a row before the producer is replaced
+RENEW_AFTER_FAILURES = 3  # replays failed on Kafka without progress before the producer is replaced
 DRAINING_FRESH_S = 15.0  # the replayer is draining if it sent a chunk this recently (> the delivery timeout)
 
 

@@ -103,8 +103,10 @@ class EventLog:
             log.warning("kafka client error", extra=kv(error=str(err)))
         self._last_error = err.name()
 
-    def _replace_producer(self, reason: str) -> None:
-        """A new producer for new records; the old one reports its outstanding records as failed."""
+    def renew(self, reason: str) -> None:
+        """Replace the producer by a new one (new connections, a new producer id) for new records;
+        the old one reports its outstanding records as failed, so the caller must hold copies (the
+        spool does). Done after a fatal error, and by the spool's replayer."""
         old = self._producer
         self._fatal = None
         self._producer = self._new_producer()
@@ -116,11 +118,6 @@ class EventLog:
         self._retired.append(old)
         log.warning("kafka producer replaced", extra=kv(reason=reason, replaced=self.replaced))
 
-    def renew(self, reason: str) -> None:
-        """Replace the producer by a new one (new connections, a new producer id); the records the
-        old one still holds fail their appends, so the caller must hold copies (the spool does)."""
-        self._replace_producer(reason)
-
     def _poll(self) -> None:
         """Serve delivery reports (their callbacks settle the appends' futures), then poll again."""
         try:
@@ -130,7 +127,7 @@ class EventLog:
                     old.poll(0)
                 self._retired = [old for old in self._retired if len(old)]
             if self._fatal is not None:
-                self._replace_producer(self._fatal)
+                self.renew(self._fatal)
         finally:  # never break the chain: every outstanding append waits on it
             busy = len(self._producer) or self._retired
             delay = self._poll_interval_s if busy else IDLE_POLL_S
@@ -189,7 +186,7 @@ class EventLog:
                 except KafkaException as e:
                     error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
                     if error is not None and (error.fatal() or error.code() == KafkaError._FATAL):
-                        self._replace_producer(str(error))
+                        self.renew(str(error))
                     raise AppendFailed(f"Kafka refused the record: {e}") from e
 
     def close(self, timeout: float = 10.0) -> int:
