@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -27,6 +25,7 @@ from jobs import props, ratelimit, sessions, traffic, vitals
 from jobs.backfill_chunks import chunk_events, dates_between, plan_chunks
 from jobs.delta_sink import replace_dates, table_exists
 from jobs.views import VIEW_FIELDS, with_event_ts
+from jobs.write_pool import write_each
 from tally.log import kv
 from tally.settings import Settings
 from tally.spans import spark_interval
@@ -301,26 +300,30 @@ def _backfill_chunk(
         computed = compute_views(events, settings, start, end)
 
         def write(spec: ViewSpec) -> None:
+            bar.set_postfix_str(f"{start}..{end} {spec.table}")
             began = time.monotonic()
-            # The predicate each write replaces covers exactly the dates (of the site) that had raw events.
-            for first, last in date_runs(replaced):
-                replace_dates(computed[spec], spec, settings, start=first, end=last, site_id=site_id)
+            try:
+                # The predicate each write replaces covers exactly the dates (of the site) that had raw events.
+                for first, last in date_runs(replaced):
+                    replace_dates(computed[spec], spec, settings, start=first, end=last, site_id=site_id)
+            except Exception as e:
+                log.error("view failed", extra=kv(view=spec.table, start=str(start), end=str(end), error=str(e)[:2000]))
+                raise
             seconds = round(time.monotonic() - began, 1)
             log.info("view backfilled", extra=kv(view=spec.table, start=str(start), end=str(end), seconds=seconds))
-            bar.set_postfix_str(f"{start}..{end} {spec.table}")
             bar.update()
 
         with ExitStack() as shared:
             for spec in shared_frames(views, runs=len(date_runs(replaced))):
                 shared.enter_context(_cached(computed[spec]))
-            write_each(write_order(views), write)
+            write_each(write_order(views), write, at_once=VIEWS_AT_ONCE)
     return counts
 
 
-# Views a chunk writes at once. Each write plans, commits and waits for its stage's last tasks on
-# one thread; a second one keeps the cores busy meanwhile (figures in docs/OPERATIONS.md, "Where its
-# time goes"). A view rolled up from a cached view that another write is filling waits for the
-# partitions being filled, and fills the others itself.
+# Views a chunk writes at once (``jobs.write_pool``). Each write plans, commits and waits for its
+# stage's last tasks on one thread; a second one keeps the cores busy meanwhile (figures in
+# docs/OPERATIONS.md, "Two views at a time"). A view rolled up from a cached view that another write
+# is filling waits for the partitions being filled, and fills the others itself.
 VIEWS_AT_ONCE = 2
 
 
@@ -334,30 +337,6 @@ def write_order(views: Sequence[ViewSpec]) -> list[ViewSpec]:
         return (True, rolled.index(spec)) if spec in ROLL_UPS else (False, BACKFILL_VIEWS.index(spec))
 
     return sorted(views, key=position)
-
-
-def write_each(views: Sequence[ViewSpec], write: Callable[[ViewSpec], None], *, at_once: int | None = None) -> None:
-    """``write`` each view, ``at_once`` (``VIEWS_AT_ONCE``) at a time, beginning them in order. After
-    a failure no other write begins; the first failure is raised once the writes under way have ended."""
-    failed = threading.Event()
-
-    def guarded(spec: ViewSpec) -> None:
-        if failed.is_set():
-            return
-        try:
-            write(spec)
-        except BaseException:
-            failed.set()
-            raise
-
-    with ThreadPoolExecutor(at_once or VIEWS_AT_ONCE, thread_name_prefix="backfill-view") as writers:
-        writes = [writers.submit(guarded, spec) for spec in views]
-        try:
-            for each in writes:
-                each.result()
-        except BaseException:  # Ctrl-C included: begin no other write
-            failed.set()
-            raise
 
 
 # At most this many events per shuffle partition in a backfill job. The views' aggregates (HLL

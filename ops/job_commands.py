@@ -55,7 +55,7 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def named_views(tables: list[str] | None) -> list[ViewSpec]:
-    """The views ``--view`` names, in the order a backfill writes them; every view if none is named."""
+    """The views ``--view`` names, in ``BACKFILL_VIEWS`` order; every view if none is named."""
     return [spec for spec in BACKFILL_VIEWS if not tables or spec.table in tables]
 
 

@@ -1,0 +1,40 @@
+"""Writes run a few at a time (``write_each``): a backfill chunk's views, two at once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def write_each(items: Sequence[T], write: Callable[[T], None], *, at_once: int) -> None:
+    """``write`` each item, ``at_once`` at a time, beginning them in order.
+
+    After a failure no other write begins, and a write under way runs to its end. Then the failure
+    that happened first is raised; ``write`` logs its own, so a later one is not lost.
+    """
+    if at_once < 1:
+        raise ValueError(f"at_once must be at least 1, not {at_once}")
+    failed = threading.Event()
+    failures: list[BaseException] = []  # in the order they happened
+
+    def guarded(item: T) -> None:
+        if failed.is_set():
+            return
+        try:
+            write(item)
+        except BaseException as e:
+            failures.append(e)
+            failed.set()
+
+    with ThreadPoolExecutor(at_once, thread_name_prefix="write") as writers:
+        try:
+            wait([writers.submit(guarded, item) for item in items])
+        except BaseException:  # Ctrl-C included: begin no other write
+            failed.set()
+            raise
+    if failures:
+        raise failures[0]
