@@ -298,13 +298,14 @@ def _backfill_chunk(
             bar.update(len(views))
             return counts
         computed = compute_views(events, settings, start, end)
+        runs = date_runs(replaced)
 
         def write(spec: ViewSpec) -> None:
             bar.set_postfix_str(f"{start}..{end} {spec.table}")
             began = time.monotonic()
             try:
                 # The predicate each write replaces covers exactly the dates (of the site) that had raw events.
-                for first, last in date_runs(replaced):
+                for first, last in runs:
                     replace_dates(computed[spec], spec, settings, start=first, end=last, site_id=site_id)
             except Exception as e:
                 log.error("view failed", extra=kv(view=spec.table, start=str(start), end=str(end), error=str(e)[:2000]))
@@ -314,7 +315,7 @@ def _backfill_chunk(
             bar.update()
 
         with ExitStack() as shared:
-            for spec in shared_frames(views, runs=len(date_runs(replaced))):
+            for spec in shared_frames(views, runs=len(runs)):
                 shared.enter_context(_cached(computed[spec]))
             write_each(write_order(views), write, at_once=VIEWS_AT_ONCE)
     return counts
@@ -331,12 +332,8 @@ def write_order(views: Sequence[ViewSpec]) -> list[ViewSpec]:
     """``views`` in the order a chunk begins them: those computed from the events first, so the
     two heaviest (the minutes and the sessions) run together, then the roll-ups, each after the view
     it reads."""
-    rolled = list(ROLL_UPS)
-
-    def position(spec: ViewSpec) -> tuple[bool, int]:
-        return (True, rolled.index(spec)) if spec in ROLL_UPS else (False, BACKFILL_VIEWS.index(spec))
-
-    return sorted(views, key=position)
+    from_events = [spec for spec in BACKFILL_VIEWS if spec in views and spec not in ROLL_UPS]
+    return from_events + [spec for spec in ROLL_UPS if spec in views]
 
 
 # At most this many events per shuffle partition in a backfill job. The views' aggregates (HLL
