@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import os
 import re
+import shlex
 import types
 import typing
 import zoneinfo
@@ -54,6 +55,27 @@ def check_nice(key: str, value: int) -> None:
     """A niceness for a batch service: 0 (as ingest) to 19 (the lowest CPU priority)."""
     if not 0 <= value <= 19:
         raise SettingsError(f"{key}: {value} is not a CPU niceness; use 0 (no change) to 19 (lowest priority)")
+
+
+def check_java_options(key: str, value: str) -> None:
+    """JVM options for a Spark driver: words that each begin with ``-``, quoted as a shell would
+    (``-Dname="a b"``), without a heap size, which Spark refuses there (the heaps are
+    ``spark.driver_memory`` and ``spark.views_driver_memory``). Whether the JVM knows each option
+    shows only when it starts: an unknown one stops it, with its name in the job's output."""
+    try:
+        words = shlex.split(value)
+    except ValueError as e:
+        raise SettingsError(f"{key}: {value!r} cannot be read as JVM options ({e}); check its quotes") from e
+    for word in words:
+        if not word.startswith("-"):
+            raise SettingsError(
+                f"{key}: {word!r} is not a JVM option; each begins with '-', such as -XX:+UseParallelGC"
+            )
+        if word.startswith("-Xmx"):
+            raise SettingsError(
+                f"{key}: {word!r} sets the heap, which Spark refuses among JVM options; set"
+                " spark.driver_memory (batch jobs) or spark.views_driver_memory (the views job) instead"
+            )
 
 
 _JVM_SIZE = re.compile(r"(\d+)([kmgt])", re.IGNORECASE)
@@ -205,6 +227,8 @@ class SparkSettings:
         if self.driver_memory != "auto":
             jvm_size_bytes(self.driver_memory, "spark.driver_memory (or auto)")
         jvm_size_bytes(self.views_driver_memory, "spark.views_driver_memory")
+        check_java_options("spark.java_options", self.java_options)
+        check_java_options("spark.views_java_options", self.views_java_options)
         if self.backfill_chunk_days < 1:
             raise SettingsError(f"spark.backfill_chunk_days: {self.backfill_chunk_days} must be 1 or more")
         if self.backfill_chunk_events < 0:

@@ -179,3 +179,28 @@ def test_a_niceness_outside_0_to_19_names_the_key_and_the_range() -> None:
     with pytest.raises(SettingsError, match=r"spark\.nice: 20 .*0 \(no change\) to 19"):
         SparkSettings(nice=20)
     assert SparkSettings().nice == 10
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ("UseParallelGC", r"spark\.java_options: 'UseParallelGC' is not a JVM option; each begins with '-'"),
+        ('-Dname="a b', r"spark\.java_options: .* cannot be read as JVM options .*quotes"),
+        ("-XX:+UseParallelGC -Xmx2g", r"spark\.java_options: '-Xmx2g' sets the heap.*spark\.driver_memory"),
+    ],
+)
+def test_jvm_options_that_would_stop_the_jvm_are_refused_with_the_key_named(options: str, message: str) -> None:
+    from tally.settings import SparkSettings
+
+    with pytest.raises(SettingsError, match=message):
+        SparkSettings(java_options=options)
+    with pytest.raises(SettingsError, match=message.replace("java_options", "views_java_options")):
+        SparkSettings(views_java_options=options)
+
+
+def test_jvm_options_quoted_as_a_shell_would_are_taken() -> None:
+    from tally.settings import SparkSettings
+
+    options = '-XX:+UseParallelGC -Dtally.note="two words" -Xms512m'
+    assert SparkSettings(java_options=options).java_options == options
+    assert SparkSettings(java_options="").java_options == ""
