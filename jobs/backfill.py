@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -25,7 +26,7 @@ from jobs import props, ratelimit, sessions, traffic, vitals
 from jobs.backfill_chunks import chunk_events, dates_between, plan_chunks
 from jobs.delta_sink import replace_dates, table_exists
 from jobs.views import VIEW_FIELDS, with_event_ts
-from jobs.write_pool import write_each
+from jobs.write_pool import Stopped, write_each
 from tally.log import kv
 from tally.settings import Settings
 from tally.spans import spark_interval
@@ -300,13 +301,20 @@ def _backfill_chunk(
         computed = compute_views(events, settings, start, end)
         runs = date_runs(replaced)
 
+        stop = threading.Event()  # set by write_each once a write has failed
+
         def write(spec: ViewSpec) -> None:
             bar.set_postfix_str(f"{start}..{end} {spec.table}")
             began = time.monotonic()
             try:
                 # The predicate each write replaces covers exactly the dates (of the site) that had raw events.
                 for first, last in runs:
+                    if stop.is_set():  # each run of dates is replaced whole or not at all
+                        raise Stopped(f"{spec.table}: not written from {first} on, as another view failed")
                     replace_dates(computed[spec], spec, settings, start=first, end=last, site_id=site_id)
+            except Stopped as e:
+                log.warning("view stopped", extra=kv(view=spec.table, start=str(start), end=str(end), reason=str(e)))
+                raise
             except Exception as e:
                 log.error("view failed", extra=kv(view=spec.table, start=str(start), end=str(end), error=str(e)[:2000]))
                 raise
@@ -317,7 +325,7 @@ def _backfill_chunk(
         with ExitStack() as shared:
             for spec in shared_frames(views, runs=len(runs)):
                 shared.enter_context(_cached(computed[spec]))
-            write_each(write_order(views), write, at_once=VIEWS_AT_ONCE)
+            write_each(write_order(views), write, at_once=VIEWS_AT_ONCE, stop=stop)
     return counts
 
 

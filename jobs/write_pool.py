@@ -10,15 +10,23 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def write_each(items: Sequence[T], write: Callable[[T], None], *, at_once: int) -> None:
+class Stopped(Exception):
+    """A write ended early, between its steps, because another write had failed (``write_each``'s ``stop``)."""
+
+
+def write_each(
+    items: Sequence[T], write: Callable[[T], None], *, at_once: int, stop: threading.Event | None = None
+) -> None:
     """``write`` each item, ``at_once`` at a time, beginning them in order.
 
-    After a failure no other write begins, and a write under way runs to its end. Then the failure
-    that happened first is raised; ``write`` logs its own, so a later one is not lost.
+    After a failure (or a Ctrl-C) no other write begins, and ``stop`` is set: a write under way
+    that checks it between its steps ends there, raising :class:`Stopped`; one that does not runs
+    to its end. Then the failure that happened first is raised; ``write`` logs its own, so a later
+    one is not lost.
     """
     if at_once < 1:
         raise ValueError(f"at_once must be at least 1, not {at_once}")
-    failed = threading.Event()
+    failed = stop if stop is not None else threading.Event()
     failures: list[BaseException] = []  # in the order they happened
 
     def guarded(item: T) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import threading
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -17,10 +19,12 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+import jobs.backfill
+import jobs.delta_sink
 from jobs.backfill import backfill
 from ops.job_commands import run_backfill
 from tally.settings import Settings
-from tally.tables import BACKFILL_VIEWS, SESSIONS, TRAFFIC_1D, ViewSpec
+from tally.tables import BACKFILL_VIEWS, SESSIONS, TRAFFIC_1D, TRAFFIC_1M, ViewSpec
 from tests.integration.views_support import write_raw
 from traffic.synthetic import synthetic_events
 
@@ -133,3 +137,40 @@ def test_a_backfill_of_named_views_writes_those_alone(
     assert [table for table in after if after[table] != written[table]] == [SESSIONS.table]
     rows = snapshot(iso)
     assert all(rows[SESSIONS, DAYS[0], site].equals(retained["before"][SESSIONS, DAYS[0], site]) for site in SITES)
+
+
+def test_after_a_view_fails_the_view_under_way_stops_between_its_runs_of_dates(
+    retained: dict[str, Any], spark: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The dates with raw rows are DAYS[0] and DAYS[2]: two runs of dates, one replace each. The
+    # minutes and the sessions are written first, together; the minutes fail once the sessions have
+    # replaced their first run, and the sessions stop before their second.
+    iso: Settings = retained["settings"]
+    real = jobs.delta_sink.replace_dates
+    calls: list[tuple[str, dt.date]] = []
+    first_run_done, failing = threading.Event(), threading.Event()
+
+    def replace(frame: Any, spec: ViewSpec, settings: Settings, *, start: dt.date, end: dt.date, site_id: Any) -> None:
+        calls.append((spec.table, start))
+        if spec == TRAFFIC_1M:
+            assert first_run_done.wait(120)
+            failing.set()
+            raise RuntimeError("disk full")
+        real(frame, spec, settings, start=start, end=end, site_id=site_id)
+        if spec == SESSIONS:
+            first_run_done.set()
+            assert failing.wait(120)
+            time.sleep(1)  # the failure reaches the write pool, which sets the stop
+
+    monkeypatch.setattr(jobs.backfill, "replace_dates", replace)
+    written = versions(iso)
+    with caplog.at_level(logging.INFO, logger="tally.jobs.backfill"), pytest.raises(RuntimeError, match="disk full"):
+        backfill(spark, iso, start=DAYS[0], end=DAYS[2], progress=False)
+    assert calls == [(SESSIONS.table, DAYS[0]), (TRAFFIC_1M.table, DAYS[0])] or calls == [
+        (TRAFFIC_1M.table, DAYS[0]),
+        (SESSIONS.table, DAYS[0]),
+    ]
+    logged = {(r.getMessage(), getattr(r, "fields", {}).get("view")) for r in caplog.records}
+    assert ("view failed", TRAFFIC_1M.table) in logged and ("view stopped", SESSIONS.table) in logged
+    after = versions(iso)
+    assert [table for table in after if after[table] != written[table]] == [SESSIONS.table]  # its first run alone

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from jobs.write_pool import write_each
+from jobs.write_pool import Stopped, write_each
 
 ITEMS = [f"view-{n}" for n in range(8)]
 
@@ -75,3 +75,31 @@ def test_one_at_a_time_writes_in_order() -> None:
 def test_at_least_one_write_at_a_time() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         write_each(ITEMS, print, at_once=0)
+
+
+def test_a_write_under_way_that_checks_stop_ends_between_its_steps_after_a_failure() -> None:
+    stop = threading.Event()
+    steps: list[int] = []
+    second_begun = threading.Event()
+
+    def write(item: str) -> None:
+        if item == ITEMS[0]:
+            assert second_begun.wait(10)
+            raise RuntimeError("disk full")
+        second_begun.set()
+        for step in range(50):  # a backfill's runs of dates, one replace each
+            if stop.is_set():
+                raise Stopped(f"{item}: stopped before step {step}")
+            steps.append(step)
+            time.sleep(0.05)
+
+    with pytest.raises(RuntimeError, match="disk full"):  # the cause, not the stop that followed it
+        write_each(ITEMS[:2], write, at_once=2, stop=stop)
+    assert stop.is_set()
+    assert 0 < len(steps) < 50  # begun, then ended between two steps, not run to its end
+
+
+def test_stop_stays_clear_when_every_write_succeeds() -> None:
+    stop = threading.Event()
+    write_each(ITEMS, lambda item: None, at_once=2, stop=stop)
+    assert not stop.is_set()
