@@ -325,17 +325,13 @@ def _backfill_chunk(
         with ExitStack() as shared:
             for spec in shared_frames(views, runs=len(runs)):
                 shared.enter_context(_cached(computed[spec]))
-            write_each(write_order(views), write, at_once=VIEWS_AT_ONCE, stop=stop)
+            write_each(write_order(views), write, at_once=settings.spark.backfill_views_at_once, stop=stop)
     return counts
 
 
-# Views a chunk writes at once (``jobs.write_pool``). Each write plans, commits and waits for its
-# stage's last tasks on one thread; a second one keeps the cores busy meanwhile (figures in
-# docs/OPERATIONS.md, "Two views at a time"). A view rolled up from a cached view that another write
-# is filling waits for the partitions being filled, and fills the others itself.
-VIEWS_AT_ONCE = 2
-
-
+# A chunk writes ``spark.backfill_views_at_once`` views at once (``jobs.write_pool``). A view rolled up
+# from a cached view that another write is filling waits for the partitions being filled, and fills
+# the others itself.
 def write_order(views: Sequence[ViewSpec]) -> list[ViewSpec]:
     """``views`` in the order a chunk begins them: those computed from the events first, so the
     two heaviest (the minutes and the sessions) run together, then the roll-ups, each after the view

@@ -202,6 +202,10 @@ class SparkSettings:
     # more events than that is a job of its own.
     backfill_chunk_days: int = 31
     backfill_chunk_events: int = 0
+    # Views a backfill job writes at once: each write plans, commits and waits for its stage's last
+    # tasks on one thread, and another keeps the cores busy meanwhile (2 on local[2]: 1M events in
+    # 62.8 s against 67.2 one at a time; docs/OPERATIONS.md, "Two views at a time").
+    backfill_views_at_once: int = 2
     # CPU niceness `tally up` starts the views job with (0-19): on a shared machine the batch work
     # yields the cores to ingest, so a page view never waits on an aggregate.
     nice: int = 10
@@ -231,6 +235,10 @@ class SparkSettings:
         check_java_options("spark.views_java_options", self.views_java_options)
         if self.backfill_chunk_days < 1:
             raise SettingsError(f"spark.backfill_chunk_days: {self.backfill_chunk_days} must be 1 or more")
+        if self.backfill_views_at_once < 1:
+            raise SettingsError(
+                f"spark.backfill_views_at_once: {self.backfill_views_at_once} must be 1 (one view at a time) or more"
+            )
         if self.backfill_chunk_events < 0:
             raise SettingsError(
                 f"spark.backfill_chunk_events: {self.backfill_chunk_events} must be 0 (what the driver's heap"

@@ -151,6 +151,7 @@ def test_negative_shuffle_partitions_are_refused_with_the_key_named(
         ("TALLY_SPARK__VIEWS_GC_SECONDS", "-1", r"spark\.views_gc_seconds"),
         ("TALLY_SPARK__ROLLUP_SECONDS", "-1", r"spark\.rollup_seconds"),
         ("TALLY_SPARK__HOURS_ROLLUP_SECONDS", "-1", r"spark\.hours_rollup_seconds"),
+        ("TALLY_SPARK__BACKFILL_VIEWS_AT_ONCE", "0", r"spark\.backfill_views_at_once: 0 must be 1"),
     ],
 )
 def test_an_out_of_range_setting_is_refused_with_the_key_named(
