@@ -301,7 +301,7 @@ def _backfill_chunk(
         computed = compute_views(events, settings, start, end)
         runs = date_runs(replaced)
 
-        stop = threading.Event()  # set by write_each once a write has failed
+        stop = threading.Event()  # set by write_each once a write has failed, or on a Ctrl-C
 
         def write(spec: ViewSpec) -> None:
             bar.set_postfix_str(f"{start}..{end} {spec.table}")
@@ -310,7 +310,10 @@ def _backfill_chunk(
                 # The predicate each write replaces covers exactly the dates (of the site) that had raw events.
                 for first, last in runs:
                     if stop.is_set():  # each run of dates is replaced whole or not at all
-                        raise Stopped(f"{spec.table}: not written from {first} on, as another view failed")
+                        raise Stopped(
+                            f"{spec.table}: not written from {first} on, as another view failed or the backfill"
+                            " was interrupted; run the same backfill again to write it"
+                        )
                     replace_dates(computed[spec], spec, settings, start=first, end=last, site_id=site_id)
             except Stopped as e:
                 log.warning("view stopped", extra=kv(view=spec.table, start=str(start), end=str(end), reason=str(e)))
@@ -325,13 +328,13 @@ def _backfill_chunk(
         with ExitStack() as shared:
             for spec in shared_frames(views, runs=len(runs)):
                 shared.enter_context(_cached(computed[spec]))
+            # ``spark.backfill_views_at_once`` views at once (``jobs.write_pool``). A view rolled up from a
+            # cached view that another write is filling waits for the partitions being filled, and fills
+            # the others itself.
             write_each(write_order(views), write, at_once=settings.spark.backfill_views_at_once, stop=stop)
     return counts
 
 
-# A chunk writes ``spark.backfill_views_at_once`` views at once (``jobs.write_pool``). A view rolled up
-# from a cached view that another write is filling waits for the partitions being filled, and fills
-# the others itself.
 def write_order(views: Sequence[ViewSpec]) -> list[ViewSpec]:
     """``views`` in the order a chunk begins them: those computed from the events first, so the
     two heaviest (the minutes and the sessions) run together, then the roll-ups, each after the view

@@ -57,25 +57,34 @@ def check_nice(key: str, value: int) -> None:
         raise SettingsError(f"{key}: {value} is not a CPU niceness; use 0 (no change) to 19 (lowest priority)")
 
 
+# Java's options whose value is the next word (``--add-opens java.base/java.lang=ALL-UNNAMED``).
+_JAVA_OPTIONS_WITH_A_VALUE = ("-cp", "-classpath", "-p")
+
+
 def check_java_options(key: str, value: str) -> None:
-    """JVM options for a Spark driver: words that each begin with ``-``, quoted as a shell would
-    (``-Dname="a b"``), without a heap size, which Spark refuses there (the heaps are
-    ``spark.driver_memory`` and ``spark.views_driver_memory``). Whether the JVM knows each option
+    """JVM options for a Spark driver: words quoted as a shell would (``-Dname="a b"``), each an
+    option beginning with ``-`` (or an ``@argfile``), or the value of the option before it
+    (``--add-opens java.base/java.lang=ALL-UNNAMED``); no maximum heap (``-Xmx``, which Spark
+    refuses there, nor ``-XX:MaxHeapSize``, which would override it): the heaps are
+    ``spark.driver_memory`` and ``spark.views_driver_memory``. Whether the JVM knows each option
     shows only when it starts: an unknown one stops it, with its name in the job's output."""
     try:
         words = shlex.split(value)
     except ValueError as e:
         raise SettingsError(f"{key}: {value!r} cannot be read as JVM options ({e}); check its quotes") from e
+    before = ""
     for word in words:
-        if not word.startswith("-"):
+        takes_value = (before.startswith("--") and "=" not in before) or before in _JAVA_OPTIONS_WITH_A_VALUE
+        if not word.startswith(("-", "@")) and not takes_value:
             raise SettingsError(
                 f"{key}: {word!r} is not a JVM option; each begins with '-', such as -XX:+UseParallelGC"
             )
-        if word.startswith("-Xmx"):
+        if word.startswith(("-Xmx", "-XX:MaxHeapSize")):
             raise SettingsError(
-                f"{key}: {word!r} sets the heap, which Spark refuses among JVM options; set"
+                f"{key}: {word!r} sets the maximum heap, which Spark sets itself; set"
                 " spark.driver_memory (batch jobs) or spark.views_driver_memory (the views job) instead"
             )
+        before = "" if takes_value else word
 
 
 _JVM_SIZE = re.compile(r"(\d+)([kmgt])", re.IGNORECASE)

@@ -11,7 +11,6 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +20,7 @@ from deltalake import DeltaTable
 
 import jobs.backfill
 import jobs.delta_sink
+import jobs.write_pool
 from jobs.backfill import backfill
 from ops.job_commands import run_backfill
 from tally.settings import Settings
@@ -146,23 +146,27 @@ def test_after_a_view_fails_the_view_under_way_stops_between_its_runs_of_dates(
     # minutes and the sessions are written first, together; the minutes fail once the sessions have
     # replaced their first run, and the sessions stop before their second.
     iso: Settings = retained["settings"]
-    real = jobs.delta_sink.replace_dates
+    real, pool = jobs.delta_sink.replace_dates, jobs.write_pool.write_each
     calls: list[tuple[str, dt.date]] = []
-    first_run_done, failing = threading.Event(), threading.Event()
+    first_run_done = threading.Event()
+    stops: list[threading.Event] = []  # the backfill's stop, as it hands it to the write pool
+
+    def write_each(*args: Any, stop: threading.Event, **kwargs: Any) -> None:
+        stops.append(stop)
+        pool(*args, stop=stop, **kwargs)
 
     def replace(frame: Any, spec: ViewSpec, settings: Settings, *, start: dt.date, end: dt.date, site_id: Any) -> None:
         calls.append((spec.table, start))
         if spec == TRAFFIC_1M:
             assert first_run_done.wait(120)
-            failing.set()
             raise RuntimeError("disk full")
         real(frame, spec, settings, start=start, end=end, site_id=site_id)
         if spec == SESSIONS:
             first_run_done.set()
-            assert failing.wait(120)
-            time.sleep(1)  # the failure reaches the write pool, which sets the stop
+            assert stops[0].wait(120)  # the minutes' failure has reached the write pool
 
     monkeypatch.setattr(jobs.backfill, "replace_dates", replace)
+    monkeypatch.setattr(jobs.backfill, "write_each", write_each)
     written = versions(iso)
     with caplog.at_level(logging.INFO, logger="tally.jobs.backfill"), pytest.raises(RuntimeError, match="disk full"):
         backfill(spark, iso, start=DAYS[0], end=DAYS[2], progress=False)

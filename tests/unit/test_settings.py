@@ -187,7 +187,10 @@ def test_a_niceness_outside_0_to_19_names_the_key_and_the_range() -> None:
     [
         ("UseParallelGC", r"spark\.java_options: 'UseParallelGC' is not a JVM option; each begins with '-'"),
         ('-Dname="a b', r"spark\.java_options: .* cannot be read as JVM options .*quotes"),
-        ("-XX:+UseParallelGC -Xmx2g", r"spark\.java_options: '-Xmx2g' sets the heap.*spark\.driver_memory"),
+        ("-XX:+UseParallelGC -Xmx2g", r"spark\.java_options: '-Xmx2g' sets the maximum heap.*spark\.driver_memory"),
+        ("-XX:MaxHeapSize=2g", r"spark\.java_options: '-XX:MaxHeapSize=2g' sets the maximum heap"),
+        ("--add-opens=java.base/java.lang=ALL-UNNAMED x", r"spark\.java_options: 'x' is not a JVM option"),
+        ("--add-opens a b", r"spark\.java_options: 'b' is not a JVM option"),
     ],
 )
 def test_jvm_options_that_would_stop_the_jvm_are_refused_with_the_key_named(options: str, message: str) -> None:
@@ -204,4 +207,6 @@ def test_jvm_options_quoted_as_a_shell_would_are_taken() -> None:
 
     options = '-XX:+UseParallelGC -Dtally.note="two words" -Xms512m'
     assert SparkSettings(java_options=options).java_options == options
+    spaced = "--add-opens java.base/java.lang=ALL-UNNAMED -cp /opt/extra.jar @/etc/tally/jvm.args -XX:+UseSerialGC"
+    assert SparkSettings(views_java_options=spaced).views_java_options == spaced
     assert SparkSettings(java_options="").java_options == ""

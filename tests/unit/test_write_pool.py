@@ -86,11 +86,11 @@ def test_a_write_under_way_that_checks_stop_ends_between_its_steps_after_a_failu
         if item == ITEMS[0]:
             assert second_begun.wait(10)
             raise RuntimeError("disk full")
-        second_begun.set()
         for step in range(50):  # a backfill's runs of dates, one replace each
             if stop.is_set():
                 raise Stopped(f"{item}: stopped before step {step}")
             steps.append(step)
+            second_begun.set()
             time.sleep(0.05)
 
     with pytest.raises(RuntimeError, match="disk full"):  # the cause, not the stop that followed it
@@ -99,7 +99,12 @@ def test_a_write_under_way_that_checks_stop_ends_between_its_steps_after_a_failu
     assert 0 < len(steps) < 50  # begun, then ended between two steps, not run to its end
 
 
-def test_stop_stays_clear_when_every_write_succeeds() -> None:
+def test_stop_stays_clear_when_every_write_succeeds_and_setting_it_skips_no_write() -> None:
     stop = threading.Event()
-    write_each(ITEMS, lambda item: None, at_once=2, stop=stop)
-    assert not stop.is_set()
+    written: list[str] = []
+    write_each(ITEMS, written.append, at_once=2, stop=stop)
+    assert not stop.is_set() and sorted(written) == sorted(ITEMS)
+    stop.set()  # set before: write_each only sets it, so every item is still written
+    written.clear()
+    write_each(ITEMS, written.append, at_once=2, stop=stop)
+    assert sorted(written) == sorted(ITEMS)
