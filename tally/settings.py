@@ -57,7 +57,8 @@ def check_nice(key: str, value: int) -> None:
         raise SettingsError(f"{key}: {value} is not a CPU niceness; use 0 (no change) to 19 (lowest priority)")
 
 
-# Java's options whose value is the next word (``--add-opens java.base/java.lang=ALL-UNNAMED``).
+# Java's short options whose value is the next word (``-cp a.jar``); a long one takes the next word
+# unless it has ``=`` (``--add-opens java.base/java.lang=ALL-UNNAMED``).
 _JAVA_OPTIONS_WITH_A_VALUE = ("-cp", "-classpath", "-p")
 
 
