@@ -18,14 +18,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
 from jobs import props, ratelimit, sessions, traffic, vitals
-from jobs.backfill_chunks import chunk_events, dates_between, plan_chunks
-from jobs.delta_sink import replace_dates, table_exists
-from jobs.views import VIEW_FIELDS, with_event_ts
+from jobs.backfill_chunks import chunk_events, dates_between, job_settings, plan_chunks
+from jobs.backfill_raw import BackfillError as BackfillError
+from jobs.backfill_raw import raw_events, raw_rows
+from jobs.delta_sink import replace_dates
 from jobs.write_pool import Stopped, write_each
 from tally.log import kv
 from tally.settings import Settings
@@ -35,7 +36,6 @@ from tally.tables import (
     BACKFILL_VIEWS,
     PROPS_1D,
     RATELIMIT,
-    RAW_PAGEVIEWS,
     SESSIONS,
     TRAFFIC_1D,
     TRAFFIC_1H,
@@ -47,10 +47,6 @@ from tally.tables import (
 )
 
 log = logging.getLogger("tally.jobs.backfill")
-
-
-class BackfillError(Exception):
-    """A backfill that cannot run; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -105,44 +101,6 @@ def date_runs(dates: list[dt.date]) -> list[tuple[dt.date, dt.date]]:
         else:
             runs.append((day, day))
     return runs
-
-
-def raw_rows(spark: SparkSession, settings: Settings, start: dt.date, end: dt.date, site_id: str | None) -> DataFrame:
-    """``raw.pageviews`` rows of dates ``start..end`` (inclusive), of one site if given, as stored."""
-    uri = settings.table_uri(RAW_PAGEVIEWS)
-    if not table_exists(spark, uri):
-        raise BackfillError(f"no raw table at {uri}: start the archiver (`tally up`) and send events first")
-    raw = spark.read.format("delta").load(uri).where(F.col("event_date").between(F.lit(start), F.lit(end)))
-    return raw if site_id is None else raw.where(F.col("site_id") == site_id)
-
-
-def raw_events(rows: DataFrame, *, since: Column | None = None) -> DataFrame:
-    """``raw_rows`` as the views read them: their fields and event time, from ``since`` on if given,
-    deduplicated on ``event_id`` (the stream drops duplicates too).
-
-    raw.pageviews is unique on event_id but for a retry that reached the archiver after its
-    deduplication window, so the duplicated ids are found first, by a shuffle of the ids alone,
-    and only their rows are deduplicated. Shuffling every row through ``dropDuplicates`` took a
-    3-day job of 3M events 15 s longer. Where nothing is dropped, the rows keep the scan's
-    partitions. This runs a Spark job.
-    """
-    raw = with_event_ts(rows.select(*VIEW_FIELDS, "event_date"))
-    if since is not None:  # before the deduplication, which Spark cannot push a filter through
-        raw = raw.where(F.col("event_ts") >= since)
-    duplicated = raw.groupBy("event_id").count().where(F.col("count") > 1).select("event_id")
-    found = [r["event_id"] for r in duplicated.limit(MAX_DUPLICATED_IDS + 1).collect()]
-    if len(found) > MAX_DUPLICATED_IDS:
-        return raw.dropDuplicates(["event_id"])
-    if found:
-        ids = F.broadcast(raw.sparkSession.createDataFrame([(i,) for i in found], "event_id string"))
-        once = raw.join(ids, "event_id", "left_semi").dropDuplicates(["event_id"])
-        raw = raw.join(ids, "event_id", "left_anti").unionByName(once)
-    return raw
-
-
-# At most this many duplicated event_ids are dropped by a broadcast join; with more, the backfill
-# deduplicates every row by a shuffle.
-MAX_DUPLICATED_IDS = 100_000
 
 
 def plan(
@@ -284,7 +242,7 @@ def _backfill_chunk(
     # minute (what the minute rows group by). They are raised before the cache is declared, since a
     # cache is planned then (the deduplication too).
     with (
-        _job_settings(spark, rows.count()) as partitions,
+        job_settings(spark, rows.count()) as partitions,
         _cached(traffic.by_minute(raw_events(rows, since=since), partitions)) as events,
     ):
         by_date = {r["event_date"]: r["count"] for r in events.groupBy("event_date").count().collect()}
@@ -341,47 +299,3 @@ def write_order(views: Sequence[ViewSpec]) -> list[ViewSpec]:
     it reads."""
     from_events = [spec for spec in BACKFILL_VIEWS if spec in views and spec not in ROLL_UPS]
     return from_events + [spec for spec in ROLL_UPS if spec in views]
-
-
-# At most this many events per shuffle partition in a backfill job. The views' aggregates (HLL
-# sketches, value lists) hold a partition's groups in memory: on a 1.5 GB driver (the default then), 10M
-# events in 3-day jobs ran out of heap with 2 partitions (about 2M events each), and once more in
-# the second job with 7 (600k each).
-EVENTS_PER_SHUFFLE_PARTITION = 300_000
-
-
-def shuffle_partitions_for(events: int, configured: int) -> int:
-    """Shuffle partitions for a backfill job over ``events``: the session's ``configured`` ones (one
-    per core by default, what the streaming job's small batches want), or more when the job is big."""
-    return max(configured, -(-events // EVENTS_PER_SHUFFLE_PARTITION))
-
-
-# Spark's object hash aggregate (HLL sketches, value lists) sorts its input instead once a task
-# holds this many groups; Spark's default is 128. A task holds about EVENTS_PER_SHUFFLE_PARTITION
-# events spread by site and minute (``traffic.by_minute``): a few thousand minute rows of a dimension
-# in 3-day jobs of 3M events, tens of thousands in a 7-day job of 700k. With the default, the minute
-# rows of a 3-day job of 3M events took 26.5 s instead of 16.3 s. A group's state grows with its
-# events (an HLL sketch stops at 16 KiB), so a task's memory stays bounded by its events.
-OBJECT_AGGREGATE_GROUPS = 100_000
-
-
-@contextmanager
-def _job_settings(spark: SparkSession, events: int) -> Iterator[int]:
-    """Raise the session's shuffle partitions to ``shuffle_partitions_for(events)``, which it yields, and
-    the groups its object aggregates hold before sorting to ``OBJECT_AGGREGATE_GROUPS``; restore both after."""
-    partitions = shuffle_partitions_for(events, int(spark.conf.get("spark.sql.shuffle.partitions") or "1"))
-    settings = {
-        "spark.sql.shuffle.partitions": str(partitions),
-        "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": str(OBJECT_AGGREGATE_GROUPS),
-    }
-    before = {key: spark.conf.get(key) for key in settings}
-    try:
-        for key, value in settings.items():
-            spark.conf.set(key, value)
-        yield partitions
-    finally:
-        for key, old in before.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)

@@ -100,7 +100,7 @@ def cgroup_memory_limits(proc: Path = Path("/proc/self/cgroup"), root: Path = Pa
 def batch_driver_memory(settings: Settings, *, memory: int | None = None) -> str:
     """The batch jobs' driver heap: ``spark.driver_memory``, or for ``auto`` a quarter of ``memory``
     (the machine's, by default) within ``AUTO_HEAP_MIB``. On a local master the driver runs the
-    tasks, so its heap bounds the events a backfill job holds (``jobs.backfill.chunk_events``)."""
+    tasks, so its heap bounds the events a backfill job holds (``jobs.backfill_chunks.chunk_events``)."""
     configured = settings.spark.driver_memory
     if configured != "auto":
         return configured

@@ -59,6 +59,13 @@ def named_views(tables: list[str] | None) -> list[ViewSpec]:
     return [spec for spec in BACKFILL_VIEWS if not tables or spec.table in tables]
 
 
+# What a Ctrl-C leaves: each view's run of dates is one Delta commit, made whole or not at all.
+INTERRUPTED = (
+    "tally backfill: interrupted. Each view's dates are either as they were or wholly rewritten (each run of"
+    " dates is one commit); run the same backfill again to finish it."
+)
+
+
 def run_backfill(
     settings: Settings,
     *,
@@ -91,19 +98,14 @@ def run_backfill(
                 progress=progress,
                 views=views,
             )
+            if report.replaced_dates:  # every backfill is checked: a failing partition is quarantined until fixed
+                check_backfilled(settings, report.replaced_dates, views)
     except BackfillError as e:
         print(f"tally backfill: {e}", file=sys.stderr)
         return 2
-    if not dry_run and report.replaced_dates:
-        # Every backfill is checked: a failing partition is quarantined until fixed.
-        from quality.checks import run_checks
-
-        tables = [spec.table for spec in views]
-        checked = run_checks(settings, dates=report.replaced_dates, tables=tables)
-        failed = [f"{o.table} {o.partition_date}" for o in checked.outcomes if o.failed]
-        print(f"data-quality suites: {len(checked.outcomes)} partitions checked, {len(failed)} quarantined")
-        for name in failed:
-            print(f"  quarantined: {name} (see `tally check --table ... --date ...`)")
+    except KeyboardInterrupt:  # Spark's own handler has cancelled the jobs under way
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
     print("\n".join(backfill_report_lines(report, dry_run=dry_run, views=[spec.table for spec in views])))
     if dry_run:
         from jobs.backfill_chunks import chunk_events, plan_chunks
@@ -111,6 +113,17 @@ def run_backfill(
         budget = chunk_events(spark, settings)
         print(jobs_line(plan_chunks(settings, start, end, budget), budget))
     return 0
+
+
+def check_backfilled(settings: Settings, dates: list[dt.date], views: list[ViewSpec]) -> None:
+    """Run the data-quality suites over the partitions a backfill replaced and print what they quarantined."""
+    from quality.checks import run_checks
+
+    checked = run_checks(settings, dates=dates, tables=[spec.table for spec in views])
+    failed = [f"{o.table} {o.partition_date}" for o in checked.outcomes if o.failed]
+    print(f"data-quality suites: {len(checked.outcomes)} partitions checked, {len(failed)} quarantined")
+    for name in failed:
+        print(f"  quarantined: {name} (see `tally check --table ... --date ...`)")
 
 
 def jobs_line(chunks: list[tuple[dt.date, dt.date]], budget: int) -> str:

@@ -208,7 +208,7 @@ class SparkSettings:
     views_gc_seconds: float = 120.0
     metrics_port: int = 8794  # Prometheus /metrics of the streaming views on 127.0.0.1; 0 = off
     # A backfill recomputes at most this many dates per Spark job, and at most backfill_chunk_events
-    # events: 0 = what the driver's heap holds, 2M per GiB (jobs.backfill.chunk_events). A date with
+    # events: 0 = what the driver's heap holds, 2M per GiB (jobs.backfill_chunks.chunk_events). A date with
     # more events than that is a job of its own.
     backfill_chunk_days: int = 31
     backfill_chunk_events: int = 0

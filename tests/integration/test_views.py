@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from jobs import traffic
 from jobs.backfill import backfill
+from jobs.backfill_raw import raw_events, raw_rows
 from jobs.streaming import ViewJob, start
 from ops.job_commands import run_backfill
 from tally.settings import Settings
@@ -259,13 +260,14 @@ def test_a_big_backfill_job_caches_its_events_under_the_raised_shuffle_partition
     # A cache is planned when it is declared: partitions raised after it would not reach the
     # cached events' deduplication, and 10M events ran out of heap that way.
     import jobs.backfill as backfill_module
+    import jobs.backfill_chunks as chunks_module
 
     iso: Settings = streamed["settings"]
     day = dt.timedelta(days=1)
-    stored = backfill_module.raw_rows(spark, iso, START.date() - day, START.date() + day, None).count()
-    monkeypatch.setattr(backfill_module, "EVENTS_PER_SHUFFLE_PARTITION", stored // 3)  # so 3 or 4 partitions
+    stored = raw_rows(spark, iso, START.date() - day, START.date() + day, None).count()
+    monkeypatch.setattr(chunks_module, "EVENTS_PER_SHUFFLE_PARTITION", stored // 3)  # so 3 or 4 partitions
     session_partitions = spark.conf.get("spark.sql.shuffle.partitions")
-    expected = backfill_module.shuffle_partitions_for(stored, int(session_partitions))
+    expected = chunks_module.shuffle_partitions_for(stored, int(session_partitions))
     assert expected > int(session_partitions)
     in_force: list[str] = []
     cached = backfill_module._cached
@@ -284,7 +286,7 @@ def test_a_big_backfill_job_caches_its_events_under_the_raised_shuffle_partition
     monkeypatch.setattr(backfill_module, "_cached", recording)
     backfill(spark, iso, start=START.date(), end=START.date(), progress=False)
     assert in_force and set(in_force) == {str(expected)}  # the events' cache first, then the views'
-    assert set(groups_in_force) == {str(backfill_module.OBJECT_AGGREGATE_GROUPS)} != {session_groups}
+    assert set(groups_in_force) == {str(chunks_module.OBJECT_AGGREGATE_GROUPS)} != {session_groups}
     assert spark.conf.get("spark.sql.shuffle.partitions") == session_partitions  # restored after
     assert spark.conf.get(groups) == session_groups
 
@@ -292,13 +294,12 @@ def test_a_big_backfill_job_caches_its_events_under_the_raised_shuffle_partition
 def test_a_backfill_reads_only_the_fields_the_views_use_from_raw(streamed: dict[str, Any], spark: Any) -> None:
     # The raw table's wide fields (url, referrer, title) are for ad-hoc queries; carried
     # through the backfill's deduplication and cache they cost a third of a 3-day job's time.
-    import jobs.backfill as backfill_module
     from jobs.views import VIEW_FIELDS
 
     iso: Settings = streamed["settings"]
-    rows = backfill_module.raw_rows(spark, iso, START.date(), START.date(), None)
+    rows = raw_rows(spark, iso, START.date(), START.date(), None)
     assert {"url", "referrer", "title", "props"} <= set(rows.columns)  # the table does hold them
-    events = backfill_module.raw_events(rows)
+    events = raw_events(rows)
     assert events.columns == [*VIEW_FIELDS, "event_date", "event_ts"]
     before = spark.conf.get("spark.sql.maxMetadataStringLength")
     spark.conf.set("spark.sql.maxMetadataStringLength", "100000")  # the plan's ReadSchema, untruncated
@@ -316,16 +317,16 @@ def test_a_backfill_keeps_one_row_of_each_duplicated_event_id_in_raw(
     streamed: dict[str, Any], spark: Any, monkeypatch: pytest.MonkeyPatch, most: int
 ) -> None:
     # The archiver drops retries only within its window; later ones reach raw.pageviews twice.
-    import jobs.backfill as backfill_module
+    import jobs.backfill_raw as raw_module
 
-    monkeypatch.setattr(backfill_module, "MAX_DUPLICATED_IDS", most)  # 3: by a shuffle of every row instead
+    monkeypatch.setattr(raw_module, "MAX_DUPLICATED_IDS", most)  # 3: by a shuffle of every row instead
     iso: Settings = streamed["settings"]
-    rows = backfill_module.raw_rows(spark, iso, START.date(), START.date(), None)
-    unique = backfill_module.raw_events(rows)
+    rows = raw_rows(spark, iso, START.date(), START.date(), None)
+    unique = raw_events(rows)
     assert unique.count() == rows.count() == rows.select("event_id").distinct().count()  # none to drop
     retried = sorted(r["event_id"] for r in rows.select("event_id").collect())[:7]
     twice = rows.unionByName(rows.where(F.col("event_id").isin(retried)))
-    events = backfill_module.raw_events(twice)
+    events = raw_events(twice)
     assert twice.count() == rows.count() + 7
     assert sorted(r["event_id"] for r in events.select("event_id").collect()) == sorted(
         r["event_id"] for r in rows.select("event_id").collect()

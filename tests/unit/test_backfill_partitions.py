@@ -1,6 +1,6 @@
 import pytest
 
-from jobs.backfill import EVENTS_PER_SHUFFLE_PARTITION, shuffle_partitions_for
+from jobs.backfill_chunks import EVENTS_PER_SHUFFLE_PARTITION, shuffle_partitions_for
 
 
 @pytest.mark.parametrize(
