@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tally.settings import Settings
 from tally.tables import BACKFILL_VIEWS, ViewSpec
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from jobs.backfill import BackfillPlan
 
 RELATIVE_DAYS = {"today": 0, "yesterday": 1}
@@ -64,6 +66,10 @@ INTERRUPTED = (
     "tally backfill: interrupted. Each view's dates are either as they were or wholly rewritten (each run of"
     " dates is one commit); run the same backfill again to finish it."
 )
+CHECKS_INTERRUPTED = (
+    "tally backfill: the views are written, but their data-quality checks were interrupted; run"
+    " `tally check --date YYYY-MM-DD` for the dates it replaced."
+)
 
 
 def run_backfill(
@@ -79,7 +85,7 @@ def run_backfill(
 ) -> int:
     """Run (or plan) a backfill of ``views`` (every view by default) and print its report; the exit
     code for the CLI."""
-    from jobs.backfill import BackfillError, backfill, plan
+    from jobs.backfill import BackfillError, plan
     from jobs.spark import spark_session
 
     views = list(BACKFILL_VIEWS) if views is None else views
@@ -88,24 +94,19 @@ def run_backfill(
         if dry_run:
             report = plan(spark, settings, start, end, site_id, allow_empty=allow_empty)
         else:
-            report = backfill(
+            report = backfilled(
                 spark,
                 settings,
+                views,
                 start=start,
                 end=end,
                 site_id=site_id,
                 allow_empty=allow_empty,
                 progress=progress,
-                views=views,
             )
-            if report.replaced_dates:  # every backfill is checked: a failing partition is quarantined until fixed
-                check_backfilled(settings, report.replaced_dates, views)
     except BackfillError as e:
         print(f"tally backfill: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Spark's own handler has cancelled the jobs under way
-        print(INTERRUPTED, file=sys.stderr)
-        return 130
     print("\n".join(backfill_report_lines(report, dry_run=dry_run, views=[spec.table for spec in views])))
     if dry_run:
         from jobs.backfill_chunks import chunk_events, plan_chunks
@@ -113,6 +114,25 @@ def run_backfill(
         budget = chunk_events(spark, settings)
         print(jobs_line(plan_chunks(settings, start, end, budget), budget))
     return 0
+
+
+def backfilled(spark: SparkSession, settings: Settings, views: list[ViewSpec], **options: Any) -> BackfillPlan:
+    """Backfill ``views`` and check the partitions replaced. A Ctrl-C (PySpark's handler has cancelled
+    the Spark jobs under way) says what it left, then ends the command: `tally forget` stops too."""
+    from jobs.backfill import backfill
+
+    try:
+        report = backfill(spark, settings, views=views, **options)
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        raise
+    if report.replaced_dates:  # every backfill is checked: a failing partition is quarantined until fixed
+        try:
+            check_backfilled(settings, report.replaced_dates, views)
+        except KeyboardInterrupt:
+            print(CHECKS_INTERRUPTED, file=sys.stderr)
+            raise
+    return report
 
 
 def check_backfilled(settings: Settings, dates: list[dt.date], views: list[ViewSpec]) -> None:
