@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tally.settings import Settings
 from tally.tables import BACKFILL_VIEWS, ViewSpec
@@ -116,13 +116,32 @@ def run_backfill(
     return 0
 
 
-def backfilled(spark: SparkSession, settings: Settings, views: list[ViewSpec], **options: Any) -> BackfillPlan:
+def backfilled(
+    spark: SparkSession,
+    settings: Settings,
+    views: list[ViewSpec],
+    *,
+    start: dt.date,
+    end: dt.date,
+    site_id: str | None,
+    allow_empty: bool,
+    progress: bool,
+) -> BackfillPlan:
     """Backfill ``views`` and check the partitions replaced. A Ctrl-C (PySpark's handler has cancelled
     the Spark jobs under way) says what it left, then ends the command: `tally forget` stops too."""
     from jobs.backfill import backfill
 
     try:
-        report = backfill(spark, settings, views=views, **options)
+        report = backfill(
+            spark,
+            settings,
+            start=start,
+            end=end,
+            site_id=site_id,
+            allow_empty=allow_empty,
+            progress=progress,
+            views=views,
+        )
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
         raise
