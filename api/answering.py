@@ -48,6 +48,12 @@ class Refused(Exception):
         return {"error": self.message, **({"part": self.part} if self.part else {})}
 
 
+def out_of_scope(site_id: str) -> Refused:
+    """The one answer (403) for any site outside a key's scope, configured or not: it repeats only
+    what the key holder sent."""
+    return Refused(403, f"this API key may not read site {site_id!r}")
+
+
 class Keys:
     """The key records, read again whenever ``tally apikey`` changed the file."""
 
@@ -100,13 +106,15 @@ class Answering:
         :class:`Refused`: 400 a body Tally cannot answer (naming the part) or an unknown site,
         403 a site the key may not read.
         """
+        # The key's scope before anything else is read: for a site outside it, every body gets the
+        # same 403, so a key for site A learns nothing of whether B exists or of B's time zone.
+        site_id = body.get("site_id") if isinstance(body, dict) else None
+        if isinstance(site_id, str) and site_id and not key.may_read(site_id):
+            raise out_of_scope(site_id)
         try:
             query = parse_site_query(body, now=dt.datetime.now(dt.UTC), timezone_of=self.sources.timezone)
         except QueryError as e:
             raise Refused(400, str(e), part=e.part) from e
-        # The key's scope first: a key for site A learns nothing about which other sites exist.
-        if not key.may_read(query.site_id):
-            raise Refused(403, f"this API key may not read site {query.site_id!r}")
         if self.settings.site(query.site_id) is None:
             raise Refused(400, f"site {query.site_id!r} is not configured in Tally")
         try:
@@ -157,7 +165,7 @@ class Answering:
 
     def _may_read(self, key: ApiKey, site_id: str) -> None:
         if not key.may_read(site_id):
-            raise Refused(403, f"this API key may not read site {site_id!r}")
+            raise out_of_scope(site_id)
         if self.settings.site(site_id) is None:
             raise Refused(400, f"site {site_id!r} is not configured in Tally")
 

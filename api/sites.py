@@ -1,6 +1,6 @@
 """Sites at runtime in the Stats API: it follows the sites topic, and admin keys manage sites.
 
-The API follows ``kafka.sites_topic`` as every ingest worker does (:class:`topics.follower.TopicFollower`; records
+The API follows ``kafka.sites_topic`` as every ingest worker does (:func:`topics.sites.follow_sites`; records
 and the fold over ``sites:`` are :mod:`tally.site_registry`'s), so a site added with
 ``tally site add`` can be queried, and keys for it checked, within seconds. An admin key
 (``tally apikey create --admin``) manages sites over HTTP, writing the same records as ``tally site``:
@@ -32,6 +32,7 @@ from tally.log import kv
 from tally.settings import Settings, SettingsError, SiteSettings
 from tally.site_registry import SiteChange, SiteRegistry, encode_removal, encode_site, new_site, site_json
 from topics.follower import TopicFollower
+from topics.sites import follow_sites
 
 log = logging.getLogger("tally.api.sites")
 
@@ -56,14 +57,8 @@ class SiteAdmin:
 
     def start(self) -> None:
         """Follow the sites topic (the app's lifespan; stopped by :meth:`close`)."""
-        kafka = self.settings.kafka
-
-        def apply(key: bytes | None, value: bytes | None) -> None:
-            if self.registry.apply(key, value) is not None:
-                self.refresh()
-
-        self.follower = TopicFollower(
-            client_config=kafka.client_config(), topic=kafka.sites_topic, apply=apply, reader="api"
+        self.follower = follow_sites(
+            self.settings.kafka, self.registry, reader="api", on_change=lambda _: self.refresh()
         )
 
     def close(self) -> None:

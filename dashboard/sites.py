@@ -3,7 +3,7 @@
 A site added with ``tally site add`` (or the Stats API's admin endpoint) shows in the site picker,
 and can be granted and shared, at the next page run; a removed one leaves it. Records and the
 fold are :mod:`tally.site_registry`'s, as in ingest and the API (each app follows the topic with
-:class:`topics.follower.TopicFollower`). Until the topic has been read (Kafka down), the page shows the seed.
+:func:`topics.sites.follow_sites`). Until the topic has been read (Kafka down), the page shows the seed.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import streamlit as st
 from tally.settings import Settings
 from tally.site_registry import SiteRegistry
 from topics.follower import TopicFollower
+from topics.sites import follow_sites
 
 
 class FollowedRegistry(NamedTuple):
@@ -36,14 +37,7 @@ def _registry(settings: Settings) -> FollowedRegistry:
     """One registry and follower per dashboard process (and per configuration), following the topic
     for as long as the cache keeps them: the life of the process, unless the cache is cleared."""
     registry = SiteRegistry(seed=settings.sites)
-
-    def apply(key: bytes | None, value: bytes | None) -> None:
-        registry.apply(key, value)
-
-    follower = TopicFollower(
-        client_config=settings.kafka.client_config(), topic=settings.kafka.sites_topic, apply=apply, reader="dashboard"
-    )
-    return FollowedRegistry(registry, follower)
+    return FollowedRegistry(registry, follow_sites(settings.kafka, registry, reader="dashboard"))
 
 
 def with_current_sites(settings: Settings) -> Settings:

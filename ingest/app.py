@@ -47,11 +47,11 @@ from ingest.pipeline import Outcome, Pipeline, log_startup
 from ingest.plausible_events import PlausibleEvents, plausible_event
 from ingest.proxies import ClientAddress
 from ingest.ratelimit import BlockList, RateLimiter
-from ingest.sites import follow_sites
 from ingest.spool import Spool
 from tally.log import kv, setup_logging
 from tally.settings import Settings, load_settings
 from tally.site_registry import SiteRegistry
+from topics.sites import follow_sites
 
 log = logging.getLogger("tally.ingest")
 
@@ -293,9 +293,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     follower = BlockFollower(
         client_config=settings.kafka.client_config(), topic=settings.kafka.ratelimit_topic, blocks=state.blocks
     )
-    sites = follow_sites(
-        client_config=settings.kafka.client_config(), topic=settings.kafka.sites_topic, registry=state.sites
-    )
+    sites = follow_sites(settings.kafka, state.sites, reader="ingest")
     state.durable_log = store
     state.pipeline = pipeline = Pipeline(settings, store, state.limiter, sites=state.sites)
     replayer = asyncio.create_task(store.replay_forever())
@@ -324,7 +322,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     """Build the ASGI app (uvicorn's factory: ``ingest.app:create_app``).
 
     Wires ``app.state`` for the endpoints: ``settings``, ``sites`` (the current sites, which the
-    worker's :func:`ingest.sites.follow_sites` keeps current), ``blocks`` (the published rate-limit
+    worker's :func:`topics.sites.follow_sites` keeps current), ``blocks`` (the published rate-limit
     blocks), ``limiter``, ``client_address`` (the trusted proxies, parsed once), ``snippet`` (the
     tracker's bytes), ``vitals_snippet`` (the Core Web Vitals extension's), ``openapi_spec`` and
     ``plausible_events`` (the sites by domain, for Plausible's body); :func:`lifespan` adds each

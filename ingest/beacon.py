@@ -94,6 +94,43 @@ def check_props(props: dict[str, Any]) -> None:
             raise ValueError(f"property {key!r}: values must be at most {MAX_PROP_VALUE} characters")
 
 
+NOT_UNICODE = "must be valid Unicode text (a lone surrogate such as \\ud800 cannot be stored)"
+
+
+def undecodable_text(decoded: Any, where: str = "") -> str | None:
+    """The path of the first key or string in a decoded JSON body that is not valid Unicode text
+    (a lone surrogate such as ``"\\ud800"``: JSON allows it, UTF-8 cannot store it), else None.
+
+    ``json`` keeps such escapes as they came, and every later step (the stored event, the dead
+    letter, the answer) writes UTF-8, so one in any field, property values included, is refused
+    before any of them; the path names the field (``p.k``, ``[2].u``). Walked without recursion:
+    the body may nest as deep as the decoder allows."""
+    pending: list[tuple[str, Any]] = [(where, decoded)]
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, str):
+            if not value.isascii() and not _encodes(value):
+                return path or "body"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                name = str(key)
+                child = f"{path}.{name}" if path else name
+                if not name.isascii() and not _encodes(name):
+                    return (f"{path}." if path else "") + name.encode("utf-8", "backslashreplace").decode()
+                pending.append((child, item))
+        elif isinstance(value, list):
+            pending.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def vitals_rule_errors(kind: str, given: dict[str, object]) -> list[tuple[str, str]]:
     """(wire key, what to do) for each rule of the vitals keys an event breaks; ``given``: the
     vitals and scroll-depth keys it carries, by wire key, with their (valid) values.
@@ -341,6 +378,11 @@ def parse_item_by_item(body: bytes, *, max_batch: int) -> ParsedBody | Rejection
             where = f"[{i}]" if is_batch else "body"
             error = {"field": where, "error": "expected a JSON object"}
             parsed.invalid.append((item, Rejection(422, "invalid_event", "not an event object", (error,))))
+            continue
+        fault = undecodable_text(item, f"[{i}]" if is_batch else "")
+        if fault is not None:
+            error = {"field": fault, "error": NOT_UNICODE}
+            parsed.invalid.append((item, Rejection(422, "invalid_event", f"{fault}: {NOT_UNICODE}", (error,))))
             continue
         try:
             parsed.beacons.append(BeaconSchema.model_validate(item).beacon())

@@ -2,7 +2,7 @@
 
 Every ingest worker reads the whole topic from the start with its own consumer (no group
 offsets), so each replica honours every block the Spark rate-limit job publishes. The thread is a
-:class:`topics.follower.TopicFollower`'s, as for the sites topic (``ingest/sites.py``).
+:class:`topics.follower.TopicFollower`'s, as for the sites topic (``topics/sites.py``).
 Record: key = client hash, value = ``{"blocked_until": <epoch ms>}``; a null value lifts the block.
 """
 

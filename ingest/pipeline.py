@@ -21,6 +21,7 @@ from prometheus_client import Counter
 from ingest.beacon import ParsedBody, Rejection
 from ingest.enrich import EnrichError, RequestFacts, client_hash, client_of, event_record
 from ingest.event_record import EventRecord, encode_record
+from ingest.kept_payload import kept_payload
 from ingest.ratelimit import RateLimiter, RefusalLimiter, SuppressedRefusals
 from ingest.salts import SaltStore
 from ingest.spool import Record, SpoolWriteFailed
@@ -90,7 +91,7 @@ class Pipeline:
     """Per-process ingest state: settings, the current sites, salts, rate limiter and the durable store.
 
     ``sites``: the sites this worker accepts, the seed of ``sites:`` folded with the sites topic
-    (:func:`ingest.sites.follow_sites` keeps it current); by default the seed alone.
+    (:func:`topics.sites.follow_sites` keeps it current); by default the seed alone.
     """
 
     def __init__(
@@ -140,7 +141,8 @@ class Pipeline:
                 ):
                     SUPPRESSED.labels(kind=kind).inc()
                     continue
-            payload = item if isinstance(item, bytes) else json.dumps(item, default=str).encode()
+            # Never more of a URL than an accepted event keeps (ingest/kept_payload.py).
+            payload = kept_payload(item, self.sites.get(site_id) if site_id else None)
             records.append(self._letter(rejection, payload, received_at))
         return records
 
@@ -240,25 +242,36 @@ class Pipeline:
         site = self.sites.get(site_id)
         return bool(site and site.honour_opt_out)
 
-    def _rate_limit(self, events: list[EventRecord], now_ms: int) -> Rejection | None:
-        if not events:
-            return None
-        first = events[0]
-        site = self.sites.get(first.site_id)
-        if site is None:  # removed while this request was being checked: the removal counts from the next one
-            site = SiteSettings(first.site_id)
-        verdict = self.limiter.check(
-            client_hash=first.client_hash,
-            site_id=first.site_id,
-            now_ms=now_ms,
-            events=len(events),
-            pageviews=sum(e.type == "pageview" for e in events),
-            client_limit_per_hour=self.settings.client_limit(site),
-        )
-        if verdict.allowed:
-            return None
-        THROTTLED.inc()
-        return Rejection(429, "rate_limited", verdict.reason, retry_after_s=verdict.retry_after_s)
+    def _rate_limit(self, events: list[EventRecord], now_ms: int) -> tuple[list[EventRecord], list[Refused]]:
+        """The events within their limits, and the refusals of the rest: each site's events of the
+        request are checked against that site's limits for this client (a request may name several)."""
+        by_site: dict[str, list[EventRecord]] = {}
+        for event in events:
+            by_site.setdefault(event.site_id, []).append(event)
+        kept: list[EventRecord] = []
+        refused: list[Refused] = []
+        for site_id, of_site in by_site.items():
+            site = self.sites.get(site_id)
+            if site is None:  # removed while this request was being checked: the removal counts from the next one
+                site = SiteSettings(site_id)
+            verdict = self.limiter.check(
+                client_hash=of_site[0].client_hash,
+                site_id=site_id,
+                now_ms=now_ms,
+                events=len(of_site),
+                pageviews=sum(e.type == "pageview" for e in of_site),
+                client_limit_per_hour=self.settings.client_limit(site),
+                client_events_per_hour=self.settings.ratelimit.client_events_per_hour,
+            )
+            if verdict.allowed:
+                kept += of_site
+                continue
+            THROTTLED.inc()
+            throttled = Rejection(429, "rate_limited", verdict.reason, retry_after_s=verdict.retry_after_s)
+            # The dead letter keeps the event but not who sent it: a refused event is no visit, and
+            # `tally forget` does not search raw.rejected for visitor ids.
+            refused += [({**e.fields(), "visitor_id": "", "client_hash": ""}, throttled, site_id) for e in of_site]
+        return kept, refused
 
     async def accept(self, parsed: ParsedBody, facts: RequestFacts) -> Outcome:
         """Enrich, check and store the valid beacons of a request; dead-letter the rest."""
@@ -268,12 +281,9 @@ class Pipeline:
             kept = [e for e in events if not self._honours_opt_out(e.site_id)]
             opted_out, events = len(events) - len(kept), kept
             self.counts.add(self._opted_out, opted_out)
-        throttled = self._rate_limit(events, facts.ts_received)
-        if throttled is not None:
-            # The dead letter keeps the event but not who sent it: a refused event is no visit, and
-            # `tally forget` does not search raw.rejected for visitor ids.
-            invalid += [({**e.fields(), "visitor_id": "", "client_hash": ""}, throttled, e.site_id) for e in events]
-            events = []
+        events, limited = self._rate_limit(events, facts.ts_received)
+        throttled = limited[0][1] if limited else None
+        invalid += limited
         records = self._dead_letters(invalid, facts.client_ip, facts.ts_received)
         topic = self.settings.kafka.pageviews_topic
         records += [(topic, e.visitor_id.encode(), encode_record(e)) for e in events]

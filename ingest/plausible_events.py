@@ -24,7 +24,17 @@ import msgspec
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from ingest.beacon import MAX_PROPS, MAX_TEXT, WIRE_NAMES, BeaconSchema, ParsedBody, Rejection, check_props
+from ingest.beacon import (
+    MAX_PROPS,
+    MAX_TEXT,
+    NOT_UNICODE,
+    WIRE_NAMES,
+    BeaconSchema,
+    ParsedBody,
+    Rejection,
+    check_props,
+    undecodable_text,
+)
 from ingest.enrich import RequestFacts
 from ingest.pipeline import Outcome, Pipeline
 from ingest.urls import split_url
@@ -241,6 +251,9 @@ class PlausibleEvents:
         its content would merge two real views of one page in the same second. Its time is the
         arrival time (Plausible's body carries no device clock).
         """
+        fault = undecodable_text(event)
+        if fault is not None:
+            return refusal(fault, NOT_UNICODE)
         name_key, name = first_given(event, "n", "name")
         if isinstance(name, int) and not isinstance(name, bool):
             name = str(name)  # as Plausible does: numeric names, e.g. 404 tracking

@@ -1,7 +1,9 @@
 """Rate limits, enforced in-process at once (pure: no Kafka here).
 
-- per client (hashed IP) per hour: page views in the current clock hour, limit per site
-  (the seed's "100 requests per hour from any particular IP address");
+- per client (hashed IP) and site per hour: page views in the current clock hour, limit per site
+  (the seed's "100 requests per hour from any particular IP address"), and the other events
+  (custom, engagement, vitals) in the same hour, ``ratelimit.client_events_per_hour``; each site
+  counts its own, so a request naming several sites is checked against each of them;
 - per site per second: a token bucket on all events of the site;
 - blocks published by the Spark jobs on the compacted ``ratelimit.blocks`` topic, so every
   ingest replica refuses a client the jobs flagged (see :class:`BlockList`);
@@ -73,29 +75,43 @@ class RateLimiter:
         self.site_events_per_second = site_events_per_second
         self.blocks = blocks if blocks is not None else BlockList()
         self._hour = -1
-        self._client_pageviews: dict[str, int] = {}
+        self._client_counts: dict[tuple[str, str], list[int]] = {}  # (client, site) -> [page views, other events]
         self._site_buckets: dict[str, TokenBucket] = {}
 
     def check(
-        self, *, client_hash: str, site_id: str, pageviews: int, events: int, client_limit_per_hour: int, now_ms: int
+        self,
+        *,
+        client_hash: str,
+        site_id: str,
+        pageviews: int,
+        events: int,
+        client_limit_per_hour: int,
+        now_ms: int,
+        client_events_per_hour: int = 0,
     ) -> Verdict:
-        """Count this request and say whether it may pass; refused requests are not counted."""
+        """Count one request's events of one site and say whether they may pass; refused ones are
+        not counted. ``events``: all of them, ``pageviews`` among them; ``client_events_per_hour``:
+        the bound on the others (0: none)."""
         until = self.blocks.blocked_until(client_hash, now_ms)
         if until is not None:
             return Verdict(False, "client blocked by the rate-limit job", _seconds(until - now_ms))
         hour = now_ms // HOUR_MS
         if hour != self._hour:  # a new clock hour: the per-hour counters start again
-            self._hour, self._client_pageviews = hour, {}
-        seen = self._client_pageviews.get(client_hash, 0)
-        if pageviews and seen + pageviews > client_limit_per_hour:
-            retry = _seconds((hour + 1) * HOUR_MS - now_ms)
+            self._hour, self._client_counts = hour, {}
+        seen = self._client_counts.get((client_hash, site_id)) or [0, 0]
+        others = events - pageviews
+        retry = _seconds((hour + 1) * HOUR_MS - now_ms)
+        if pageviews and seen[0] + pageviews > client_limit_per_hour:
             return Verdict(False, f"more than {client_limit_per_hour} page views per hour from this client", retry)
+        if others and client_events_per_hour and seen[1] + others > client_events_per_hour:
+            reason = f"more than {client_events_per_hour} events other than page views per hour from this client"
+            return Verdict(False, reason, retry)
         bucket = self._site_buckets.get(site_id)
         if bucket is None:
             bucket = self._site_buckets[site_id] = TokenBucket(self.site_events_per_second)
         if not bucket.take(events, now_ms):
             return Verdict(False, f"site over {self.site_events_per_second:g} events per second", 1)
-        self._client_pageviews[client_hash] = seen + pageviews
+        self._client_counts[(client_hash, site_id)] = [seen[0] + pageviews, seen[1] + others]
         return ALLOW
 
 

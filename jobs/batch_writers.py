@@ -23,6 +23,7 @@ from jobs.rollup_journal import Touched
 from jobs.rollups import ViewRollups, days_between, read_range, truncate
 from tally.log import kv
 from tally.settings import Settings
+from tally.site_registry import SiteRegistry
 from tally.tables import PROPS_1D, RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H, VITALS_1H, ViewSpec
 
 log = logging.getLogger("tally.jobs.streaming")
@@ -154,21 +155,23 @@ def write_sessions(settings: Settings) -> BatchWriter:
     return write
 
 
-def write_ratelimit(settings: Settings) -> BatchWriter:
-    lowest_limit = min(
-        [settings.client_limit(s) for s in settings.sites] + [settings.ratelimit.client_pageviews_per_hour]
-    )
-
+def write_ratelimit(settings: Settings, sites: SiteRegistry) -> BatchWriter:
+    """Upsert the counts, and publish a block for each client over its site's limit; ``sites``: the
+    sites configured now (followed from the sites topic), so a runtime site's own limit counts."""
     producers: list[Producer] = []
 
     def write(batch: DataFrame, batch_id: int) -> None:
         if _upsert_windows(batch, RATELIMIT, settings) is None:
             return
+        current = settings.with_sites(sites.sites())
+        lowest_limit = min(
+            [current.client_limit(s) for s in current.sites] + [current.ratelimit.client_pageviews_per_hour]
+        )
         heavy = batch.where(F.col("pageviews") > lowest_limit).select(
             "site_id", "client_hash", "pageviews", F.unix_millis("window_end")
         )
         now_ms = int(time.time() * 1000)
-        blocks = ratelimit.over_limit([tuple(r) for r in heavy.collect()], settings, now_ms=now_ms)  # type: ignore[misc]
+        blocks = ratelimit.over_limit([tuple(r) for r in heavy.collect()], current, now_ms=now_ms)  # type: ignore[misc]
         if blocks and not producers:  # connect only once there is something to publish
             producers.append(Producer({**settings.kafka.client_config(), "enable.idempotence": True}))
         for block in blocks:

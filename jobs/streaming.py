@@ -34,7 +34,10 @@ from jobs.spark import spark_session
 from jobs.views import events_from_kafka
 from tally.log import kv, setup_logging
 from tally.settings import Settings, load_settings
+from tally.site_registry import SiteRegistry
 from tally.spans import spark_interval
+from topics.follower import TopicFollower
+from topics.sites import follow_sites
 
 log = logging.getLogger("tally.jobs.streaming")
 
@@ -178,6 +181,7 @@ class ViewJob:
     queries: list[Any] = field(default_factory=list)
     late: LateEventsListener = field(default_factory=LateEventsListener)
     rollups: ViewRollups | None = None
+    sites_follower: TopicFollower | None = None  # keeps the rate-limit view's sites current
 
     def process_all_available(self) -> None:
         """Block until every query has processed all data available now, then roll up (tests, benches)."""
@@ -195,6 +199,8 @@ class ViewJob:
         for query in self.queries:
             query.stop()
         self.spark.streams.removeListener(self.late)
+        if self.sites_follower is not None:
+            self.sites_follower.close()
 
 
 def default_checkpoints(settings: Settings) -> str:
@@ -217,6 +223,10 @@ def start(settings: Settings, *, checkpoint_root: str | None = None, queries: Co
     job.rollups.recover(spark)
     spark.streams.addListener(job.late)
     gap = settings.spark.session_gap
+    # The sites configured now (tally site add/change included): the rate-limit view's limits.
+    sites = SiteRegistry(seed=settings.sites)
+    if queries is None or "ratelimit" in queries:
+        job.sites_follower = follow_sites(settings.kafka, sites, reader="views")
     plans: list[tuple[str, DataFrame, str, BatchWriter]] = [  # name, rows, output mode, writer
         (
             "traffic",
@@ -234,7 +244,7 @@ def start(settings: Settings, *, checkpoint_root: str | None = None, queries: Co
             "ratelimit",
             ratelimit.ratelimit_counts(kafka_events(spark, settings)),
             "update",
-            in_pool(BACKGROUND_POOL, write_ratelimit(settings)),
+            in_pool(BACKGROUND_POOL, write_ratelimit(settings, sites)),
         ),
         (
             "props",

@@ -17,11 +17,11 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
-from ingest.sites import follow_sites
 from ops import broker
 from tally.salt_periods import SALT_PERIODS
 from tally.settings import Settings, SettingsError, SiteSettings
 from tally.site_registry import SiteRegistry, encode_removal, encode_site, new_site, site_json
+from topics.sites import follow_sites
 
 EXIT_USAGE = 2
 EXIT_KAFKA = 1
@@ -77,9 +77,7 @@ def current_sites(settings: Settings, *, timeout: float = READ_TIMEOUT_S) -> Sit
     """The sites configured now: the seed folded with the whole sites topic, read to its end."""
     ensure_sites_topic(settings)
     registry = SiteRegistry(seed=settings.sites)
-    follower = follow_sites(
-        client_config=settings.kafka.client_config(), topic=settings.kafka.sites_topic, registry=registry
-    )
+    follower = follow_sites(settings.kafka, registry, reader="tally site")
     try:
         if not follower.caught_up.wait(timeout):
             raise SiteCommandError(

@@ -34,6 +34,7 @@ ALL_TIME_START = dt.date(2020, 1, 1)
 EARLIEST_DAY, LATEST_DAY = dt.date(2000, 1, 1), dt.date(9000, 12, 31)
 MAX_DIMENSIONS = 4  # each one multiplies the rows; Plausible's own queries rarely use more than two
 MAX_FILTER_VALUES = 100
+MAX_FILTER_DEPTH = 16  # and/or/not nested deeper than this is refused (450 levels once answered 500)
 MAX_FILTER_TEXT = 1000  # "all": Tally refuses events before 2020 (quality.earliest_year)
 
 
@@ -171,22 +172,25 @@ def _shortcut(name: str, today: dt.date) -> tuple[dt.date, dt.date]:
     return max(ALL_TIME_START, today - dt.timedelta(days=MAX_RANGE_DAYS - 1)), today  # "all"
 
 
-def parse_filter(value: Any, where: str) -> Filter:
-    """``[op, dimension, clauses]`` or ``[and|or, [filters]]`` / ``[not, filter]``."""
+def parse_filter(value: Any, where: str, depth: int = 1) -> Filter:
+    """``[op, dimension, clauses]`` or ``[and|or, [filters]]`` / ``[not, filter]``, nested at most
+    :data:`MAX_FILTER_DEPTH` deep (each level is SQL and Python recursion; no real question needs more)."""
     if not isinstance(value, list) or not value or not isinstance(value[0], str):
         raise QueryError(where, f'{where} must be a list such as ["is", "event:page", ["/"]]')
     op = value[0]
+    if op in ("and", "or", "not") and depth >= MAX_FILTER_DEPTH:
+        raise QueryError(where, f"{where}: filters may nest at most {MAX_FILTER_DEPTH} deep (and, or, not)")
     if op in ("and", "or"):
         if len(value) != 2:
             raise QueryError(where, f"{where}: {op!r} takes one list of filters")
         parts = _list(value[1], f"{where}[1]")
         if not parts:
             raise QueryError(where, f"{where}: {op!r} needs at least one filter")
-        return Filter(op, children=tuple(parse_filter(p, f"{where}[1][{i}]") for i, p in enumerate(parts)))
+        return Filter(op, children=tuple(parse_filter(p, f"{where}[1][{i}]", depth + 1) for i, p in enumerate(parts)))
     if op == "not":
         if len(value) != 2:
             raise QueryError(where, f"{where}: 'not' takes one filter")
-        return Filter(op, children=(parse_filter(value[1], f"{where}[1]"),))
+        return Filter(op, children=(parse_filter(value[1], f"{where}[1]", depth + 1),))
     if op not in FILTER_OPERATORS:
         raise QueryError(where, f"filter operator {op!r} is not supported")
     if len(value) not in (3, 4):

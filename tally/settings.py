@@ -364,6 +364,9 @@ class GeoSettings:
 @dataclass(frozen=True)
 class RateLimitSettings:
     client_pageviews_per_hour: int = 100
+    # Events other than page views (custom, engagement, vitals) per hashed client per site per
+    # clock hour: a page view sends a few; 0 = no bound.
+    client_events_per_hour: int = 1000
     site_events_per_second: float = 1000.0
     # Dead letters stored whole per hashed client per clock minute (per ingest worker); past it,
     # refusals are counted per client, site and kind, and one summary record per count is stored
@@ -371,6 +374,10 @@ class RateLimitSettings:
     client_refusals_per_minute: int = 10
 
     def __post_init__(self) -> None:
+        if self.client_events_per_hour < 0:
+            raise SettingsError(
+                f"ratelimit.client_events_per_hour: {self.client_events_per_hour} must be 0 (no limit) or more"
+            )
         if self.client_refusals_per_minute < 0:
             raise SettingsError(
                 f"ratelimit.client_refusals_per_minute: {self.client_refusals_per_minute} must be 0 (no limit) or more"

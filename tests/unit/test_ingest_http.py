@@ -16,8 +16,8 @@ from starlette.requests import ClientDisconnect, Request
 from ingest.app import ONE_ACCEPTED_RESPONSE, TooLarge, create_app, json_response, read_capped
 from ingest.pipeline import Outcome, Pipeline
 from ingest.proxies import ClientAddress
-from ingest.spool import Record
 from tally.settings import Settings, SiteSettings
+from tests.support.stores import MemoryStore
 
 
 def request(messages: list[dict[str, Any]], client: tuple[str, int] | None = ("10.0.0.9", 5000)) -> Request:
@@ -88,17 +88,6 @@ def test_every_single_accept_gets_the_shared_response_and_its_own_header_list() 
     assert all(m["headers"].count((b"x-added-by", b"a middleware")) == 1 for m in starts)
     assert (b"access-control-allow-origin", b"*") in starts[1]["headers"]
     assert [m["body"] for m in sent if m["type"] == "http.response.body"] == [b'{"accepted":1}'] * 2
-
-
-class MemoryStore:
-    """A :class:`ingest.types.RecordStore` in memory, in place of the lifespan's durable log."""
-
-    def __init__(self) -> None:
-        self.appends: list[list[Record]] = []
-
-    async def append(self, records: list[Record]) -> str:
-        self.appends.append(records)
-        return "kafka"
 
 
 def test_the_endpoints_answer_from_the_pipeline_wired_on_the_app_state(tmp_path: Path) -> None:

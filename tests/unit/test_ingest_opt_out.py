@@ -13,23 +13,12 @@ from ingest.beacon import ParsedBody, parse_beacons
 from ingest.enrich import RequestFacts, opt_out_signalled
 from ingest.pipeline import Outcome, Pipeline
 from ingest.ratelimit import RateLimiter
-from ingest.spool import Record
 from tally.settings import Settings, SiteSettings
+from tests.support.stores import MemoryStore
 
 HONOURS = "private.example"
 IGNORES = "plain.example"
 NOW = 1_795_000_000_000
-
-
-class MemoryStore:
-    """A :class:`ingest.types.RecordStore` in memory: every append is one list of records."""
-
-    def __init__(self) -> None:
-        self.appends: list[list[Record]] = []
-
-    async def append(self, records: list[Record]) -> str:
-        self.appends.append(records)
-        return "kafka"
 
 
 def pipeline(tmp_path: Path) -> tuple[Pipeline, MemoryStore]:

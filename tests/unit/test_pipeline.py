@@ -14,24 +14,13 @@ from ingest.beacon import ParsedBody, parse_beacons
 from ingest.enrich import RequestFacts
 from ingest.pipeline import BufferedCounts, Outcome, Pipeline
 from ingest.ratelimit import RateLimiter
-from ingest.spool import Record
 from tally.deadletter import DeadLetter
 from tally.schema import PageViewEvent
 from tally.settings import RateLimitSettings, Settings, SiteSettings
+from tests.support.stores import MemoryStore
 
 SITE = "a.example"
 NOW = 1_795_000_000_000
-
-
-class MemoryStore:
-    """A :class:`ingest.types.RecordStore` in memory: every append is one list of records."""
-
-    def __init__(self) -> None:
-        self.appends: list[list[Record]] = []
-
-    async def append(self, records: list[Record]) -> str:
-        self.appends.append(records)
-        return "kafka"
 
 
 def beacon(n: int, **change: Any) -> dict[str, Any]:

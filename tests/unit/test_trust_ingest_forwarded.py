@@ -20,23 +20,12 @@ from ingest.app import create_app
 from ingest.enrich import client_hash
 from ingest.pipeline import Pipeline
 from ingest.proxies import ClientAddress, forwarded_for
-from ingest.spool import Record
 from tally.settings import IngestSettings, Settings, SettingsError, SiteSettings
+from tests.support.stores import MemoryStore
 
 SITE = "a.example"
 VISITOR, SPOOFED = "203.0.113.7", "81.2.69.142"  # the visitor's real address, and the one it claims
 BEACON = {"id": "0b9f7f2e-8f2a-4c1e-9a53-000000000001", "s": SITE, "u": f"https://{SITE}/", "te": 1, "ts": 1}
-
-
-class MemoryStore:
-    """A :class:`ingest.types.RecordStore` in memory, in place of the lifespan's durable log."""
-
-    def __init__(self) -> None:
-        self.appends: list[list[Record]] = []
-
-    async def append(self, records: list[Record]) -> str:
-        self.appends.append(records)
-        return "kafka"
 
 
 def seen_as(tmp_path: Path, peer: str, headers: list[tuple[bytes, bytes]], **ingest: Any) -> str:

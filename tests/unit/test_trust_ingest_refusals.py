@@ -23,26 +23,13 @@ from ingest.ratelimit import MINUTE_MS, RateLimiter, RefusalLimiter
 from ingest.spool import Record
 from tally.deadletter import DeadLetter
 from tally.settings import RateLimitSettings, Settings, SettingsError, SiteSettings
+from tests.support.stores import MemoryStore
 
 SITE = "a.example"
 LIMIT = 2
 MINUTE = int(dt.datetime(2026, 3, 10, 12, 34, tzinfo=dt.UTC).timestamp() * 1000)  # a minute starts
 CLIENT, OTHER = "198.18.0.1", "198.18.0.2"
 MALFORMED = Rejection(400, "malformed_json", "body is not JSON")
-
-
-class MemoryStore:
-    """A :class:`ingest.types.RecordStore` in memory."""
-
-    def __init__(self) -> None:
-        self.appends: list[list[Record]] = []
-
-    async def append(self, records: list[Record]) -> str:
-        self.appends.append(records)
-        return "kafka"
-
-    def letters(self) -> list[DeadLetter]:
-        return [DeadLetter.from_json(v) for records in self.appends for t, _, v in records if t == "pageviews.rejected"]
 
 
 def settings_for(tmp_path: Path, limit: int = LIMIT) -> Settings:
