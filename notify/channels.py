@@ -1,6 +1,8 @@
 """Delivery channels: e-mail through an SMTP server, and webhooks (JSON with a Slack-compatible ``text``).
 
-A channel sends one message to one recipient, or raises :class:`DeliveryError` saying why.
+A channel sends one message to one recipient, or raises :class:`DeliveryError` saying why. Each
+writes the visitor values of the message in its own format (:mod:`notify.escaping`): the e-mail
+is plain text only (no HTML part), the webhook's ``text`` is Slack mrkdwn.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from notify.escaping import plain_text, slack_text
 from notify.messages import Message
 from tally.settings import SmtpSettings
 
@@ -54,7 +57,7 @@ class EmailChannel:
         mail["From"], mail["To"], mail["Subject"] = self.smtp.sender, self.address, message.subject
         mail["Date"] = formatdate(usegmt=True)
         mail["Message-ID"] = make_msgid(hashlib.sha256(message.key.encode()).hexdigest()[:16], "tally")
-        mail.set_content(message.text)
+        mail.set_content(message.render(plain_text))  # plain text only: no HTML part to escape for
         s = self.smtp
         try:
             if s.tls == "ssl":
@@ -86,7 +89,8 @@ class WebhookChannel:
         return f"webhook:{urlsplit(self.url).hostname}:{digest}"
 
     def send(self, message: Message) -> None:
-        body = {"text": f"*{message.subject}*\n{message.text}", "tally": message.data}
+        # ``text`` is Slack mrkdwn: visitor values escaped for it; ``tally`` keeps them as sent, as data.
+        body = {"text": f"*{message.subject}*\n{message.render(slack_text)}", "tally": message.data}
         try:
             answer = httpx.post(self.url, json=body, timeout=self.timeout)
         except httpx.HTTPError as e:

@@ -74,11 +74,11 @@ class Ledger:
     def add_pending(self, message: Message) -> None:
         """Remember a message to deliver (written with the next :meth:`save`)."""
         if all(p["key"] != message.key for p in self._pending):
-            self._pending.append(asdict(message))
+            self._pending.append(message.as_record())
 
     def pending(self) -> list[Message]:
         """Messages decided but not yet delivered, oldest first."""
-        return [Message(**p) for p in self._pending]
+        return [Message.of_record(p) for p in self._pending]
 
     def done(self, key: str) -> None:
         """The message ``key`` was tried on every channel; it is no longer pending."""

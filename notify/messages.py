@@ -1,16 +1,30 @@
-"""Messages for people: a report digest or an alert as a subject, plain text, and the figures as data.
+"""Messages for people: a report digest or an alert as a subject, a text, and the figures as data.
 
 E-mail sends the subject and text; a webhook posts ``{"text": subject + text, "tally": data}``,
 which a Slack incoming webhook shows as a message and any other receiver can read as JSON.
+The text keeps visitor values (page paths, sources) apart from Tally's own words, so that each
+channel escapes them for its own format as it writes the message (:mod:`notify.escaping`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from notify.digest import Digest, Figures, TopRow
+from notify.escaping import plain_text
 from notify.rules import EVERY_SITE, Finding
+
+
+@dataclass(frozen=True)
+class VisitorValue:
+    """A value a visitor sent (a page path, a source, a utm value...): words for the text, never markup."""
+
+    value: str
+
+
+Body = tuple[str | VisitorValue, ...]  # Tally's own words, and visitor values among them
 
 
 @dataclass(frozen=True)
@@ -18,9 +32,41 @@ class Message:
     """One thing to tell: ``key`` names it in the ledger (the same key is never sent twice)."""
 
     key: str
-    subject: str
-    text: str
+    subject: str  # Tally's own words only: no visitor value goes into a subject
+    body: Body
     data: dict[str, Any] = field(default_factory=dict)
+
+    def render(self, escape: Callable[[str], str]) -> str:
+        """The text with every visitor value passed through ``escape``, Tally's own words as they are."""
+        return "".join(p if isinstance(p, str) else escape(p.value) for p in self.body)
+
+    @property
+    def text(self) -> str:
+        """The text as plain text, as e-mail sends it and a terminal prints it."""
+        return self.render(plain_text)
+
+    def as_record(self) -> dict[str, Any]:
+        """The message as JSON values, for the ledger's pending list."""
+        return asdict(self)
+
+    @classmethod
+    def of_record(cls, record: dict[str, Any]) -> Message:
+        """A message from :meth:`as_record` (or from an older ledger's ``text``, Tally's words only)."""
+        pieces = record["body"] if "body" in record else [record["text"]]
+        body = tuple(p if isinstance(p, str) else VisitorValue(p["value"]) for p in pieces)
+        return cls(record["key"], record["subject"], body, record.get("data", {}))
+
+
+Line = str | Body  # one line of a text, without its newline
+
+
+def _body(lines: Iterable[Line]) -> Body:
+    """The lines as one body, each ended by a newline."""
+    pieces: list[str | VisitorValue] = []
+    for line in lines:
+        pieces += [line] if isinstance(line, str) else line
+        pieces.append("\n")
+    return tuple(pieces)
 
 
 def _percent(value: float | None) -> str:
@@ -57,17 +103,17 @@ def _kpi_lines(digest: Digest) -> list[str]:
     return [f"{names[m]}: {shown[m]} ({_change(digest.change(m))})" for m in names]
 
 
-def _top_lines(title: str, rows: tuple[TopRow, ...]) -> list[str]:
+def _top_lines(title: str, rows: tuple[TopRow, ...]) -> list[Line]:
     if not rows:
         return [f"{title}: none in this period"]
-    return [f"{title}:"] + [f"  {r.pageviews:>8,}  {r.value}" for r in rows]
+    return [f"{title}:", *((f"  {r.pageviews:>8,}  ", VisitorValue(r.value)) for r in rows)]
 
 
 def report_message(digest: Digest) -> Message:
     """The digest as a message; figures as the dashboard shows them, the change in brackets."""
     period = f"{digest.days.start} – {digest.days.end}"
     previous = f"{digest.previous.start} – {digest.previous.end}"
-    lines = [
+    lines: list[Line] = [
         f"{digest.site}, {period} ({digest.timezone}, bots excluded), change against {previous}:",
         "",
         *_kpi_lines(digest),
@@ -82,7 +128,7 @@ def report_message(digest: Digest) -> Message:
     return Message(
         key=f"report:{digest.site}:{digest.period}:{digest.days.start}",
         subject=f"Tally {digest.period} report: {digest.site}, {period}",
-        text="\n".join(lines) + "\n",
+        body=_body(lines),
         data=digest.as_data(),
     )
 
@@ -112,6 +158,6 @@ def alert_message(finding: Finding, since: str, *, recovery: bool) -> Message:
     return Message(
         key=f"{kind}:{finding.site}:{finding.rule}:{since}",
         subject=subject,
-        text=text,
+        body=(text,),
         data={"kind": kind, "rule": finding.rule, "site": finding.site, "since": since, "summary": finding.summary},
     )

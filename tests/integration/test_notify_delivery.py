@@ -26,7 +26,7 @@ from aiosmtpd.controller import Controller
 
 from notify.alerts import Instance, check, findings
 from notify.channels import channels
-from notify.ledger import open_ledger
+from notify.ledger import deliver, open_ledger
 from notify.observe import DeadLetterFigures, site_figures
 from notify.reports import due_reports, send
 from ops.stack import free_ports
@@ -38,6 +38,7 @@ from tally.storage import append_rows
 from tally.table_schemas import QUALITY_PARTITIONS_SCHEMA
 from tally.tables import QUALITY_PARTITIONS
 from tests.integration.views_support import MARCH_SITE, copy_warehouse, write_raw
+from tests.unit.test_notify_escaping import hostile_report
 from traffic.synthetic import synthetic_events
 
 SITE = MARCH_SITE
@@ -275,3 +276,24 @@ def test_each_alert_condition_is_delivered_once_within_the_quiet_period(
     recoveries = receiver.bodies[hooks + len(RULES) :]
     assert sorted(b["tally"]["rule"] for b in recoveries) == sorted(RULES)
     assert all(b["tally"]["kind"] == "recovery" for b in recoveries)
+
+
+def test_hostile_visitor_values_reach_the_smtp_server_and_the_webhook_as_words(
+    servers: dict[str, Any], tmp_path: Path
+) -> None:
+    mailbox, receiver = servers["mailbox"], servers["receiver"]
+    mails, hooks = len(mailbox.messages), len(receiver.bodies)
+    smtp = SmtpSettings(host="127.0.0.1", port=servers["smtp_port"], sender="tally@example.org", tls="none")
+    hook = f"http://127.0.0.1:{receiver.server_port}/hook"
+    with open_ledger(tmp_path) as ledger:
+        outcomes = deliver(
+            ledger, hostile_report(), channels(smtp, ("ann@example.org",), (hook,)), attempts=1, retry_seconds=0
+        )
+    assert [o.status for o in outcomes] == ["sent", "sent"]
+
+    [mail] = mailbox.messages[mails:]
+    assert mail.get_content_type() == "text/plain" and not mail.is_multipart()
+    assert mail.get_content().splitlines().count("  status: ok") == 1  # no line forged by a page path
+    [body] = receiver.bodies[hooks:]
+    assert "<" not in body["text"] and "@everyone" not in body["text"] and "](" not in body["text"]
+    assert "<!channel>" in body["tally"]["top_sources"][0]["value"]  # the data keeps what was sent

@@ -14,7 +14,7 @@ from notify.rules import Finding
 from tally.settings import AlertRuleSettings, NotifySettings, Settings
 
 NOW = dt.datetime(2026, 3, 9, 7, 0, tzinfo=dt.UTC)
-MESSAGE = Message("report:a:weekly:2026-03-02", "subject", "text", {"figures": {"pageviews": 3}})
+MESSAGE = Message("report:a:weekly:2026-03-02", "subject", ("text",), {"figures": {"pageviews": 3}})
 
 
 class FakeChannel:
