@@ -19,17 +19,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import gc
 import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from prometheus_client import Counter
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -48,7 +50,7 @@ from ingest.plausible_events import PlausibleEvents, plausible_event
 from ingest.proxies import ClientAddress
 from ingest.ratelimit import BlockList, RateLimiter
 from ingest.spool import Spool
-from tally.log import kv, setup_logging
+from tally.log import FailureLog, kv, setup_logging
 from tally.settings import Settings, load_settings
 from tally.site_registry import SiteRegistry
 from topics.sites import follow_sites
@@ -183,6 +185,30 @@ def pipeline_of(request: Request) -> Pipeline:
     return pipeline
 
 
+FAILURES = FailureLog(log, "request failed: a bug, not the client's fault")
+FAILED = Counter("tally_ingest_failed_requests_total", "Requests answered 500 (a bug), by exception kind", ["kind"])
+
+
+def failing_soft(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint, with an unexpected exception answered 500 and logged once in full per kind,
+    then as one line with a count (:class:`tally.log.FailureLog`), never a traceback per request."""
+
+    @functools.wraps(endpoint)
+    async def answer(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except (ClientDisconnect, asyncio.CancelledError):
+            raise
+        except Exception as e:
+            FAILURES.record(e, path=request.url.path)
+            FAILED.labels(kind=type(e).__name__).inc()
+            body = {"error": "internal_error", "message": "ingest failed on this request; it was logged"}
+            return Response(encode_json(body), 500, headers=CORS, media_type="application/json")
+
+    return answer
+
+
+@failing_soft
 async def post_event(request: Request) -> Response:
     """``POST /api/event``: one beacon or a batch, as text/plain or application/json; or one event
     in Plausible's Events API body (ingest/plausible_events.py)."""
@@ -218,6 +244,7 @@ async def post_event(request: Request) -> Response:
     return json_response(await pipeline.accept(parsed, facts))
 
 
+@failing_soft
 async def pixel(request: Request) -> Response:
     """No-JS page view: ``<img src=".../api/event.gif?s=SITE">``; the id and times are the server's."""
     pipeline = pipeline_of(request)

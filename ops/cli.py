@@ -14,6 +14,7 @@ from ops.apikey_commands import add_apikey_arguments, run_apikey
 from ops.bootstrap import setup
 from ops.job_commands import add_backfill_arguments, cmd_backfill
 from ops.notify_commands import add_alerts_arguments, add_report_arguments, run_alerts, run_report
+from ops.private_home import make_home_private
 from ops.processes import ProcessError
 from ops.quality_commands import add_audit_arguments, add_check_arguments, run_audit, run_check
 from ops.schedule import add_arguments as add_schedule_arguments
@@ -284,6 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     try:
         settings = load_settings()
+        make_home_private(settings.home_dir)
         code = args.handler(args, settings)
     except (SetupError, SettingsError, ProcessError) as e:
         print(f"tally {args.command}: {e}", file=sys.stderr)

@@ -31,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from ops.private_home import PRIVATE_UMASK
 from tally.log import kv
 
 log = logging.getLogger("tally.ops.processes")
@@ -222,6 +223,7 @@ class Supervisor:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **service.env},
                 start_new_session=True,
+                umask=PRIVATE_UMASK,  # what the service writes is the user's alone (ops/private_home.py)
             )
         created = psutil.Process(proc.pid).create_time()
         record = Record(proc.pid, created, service.port, str(log_path), service.command)

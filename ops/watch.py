@@ -4,7 +4,8 @@
 process is gone means a crash (``tally down`` and every other stop remove the file before they
 signal, see :mod:`ops.processes`), so the service is started again after the backoff of
 :class:`ops.watch_policy.RestartPolicy`; after repeated fast crashes the watchdog gives up on that
-service with an error line in ``<home>/logs/watchdog.log`` and ``failed`` in ``tally status``.
+service with an error line in ``<home>/logs/watchdog.log`` and ``failed`` in ``tally status``. Each
+pass also rotates the service logs past ``logs.max_mib`` (:mod:`ops.log_rotation`).
 Restarts and give-ups are written into the PID file, so they survive a restart of the watchdog.
 On a production host, systemd does this job instead (``tally systemd``).
 """
@@ -21,11 +22,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import FrameType
 
+from ops.log_rotation import rotate_logs
 from ops.processes import ProcessError, Record, Service, Supervisor, alive
 from ops.stack import WATCHDOG, services
 from ops.watch_policy import RestartPolicy
 from tally.log import kv, setup_logging
-from tally.settings import load_settings
+from tally.settings import LogSettings, load_settings
 
 log = logging.getLogger("ops.watch")
 
@@ -42,11 +44,13 @@ class Watchdog:
         *,
         policy: RestartPolicy | None = None,
         clock: Callable[[], float] = time.time,
+        logs: LogSettings | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.table = table
         self.policy = policy or RestartPolicy()
         self.clock = clock
+        self.logs = logs or LogSettings()
 
     def check(self) -> None:
         """One pass over every started service: note new crashes, restart those whose backoff is over."""
@@ -96,6 +100,7 @@ class Watchdog:
         while not stop.is_set():
             try:
                 self.check()
+                rotate_logs(self.supervisor.log_dir, max_bytes=self.logs.max_mib * 2**20, keep=self.logs.keep)
             except Exception:  # the watchdog must outlive a bad pass (a half-deleted file, a full disk)
                 log.exception("watchdog pass failed; trying again", extra=kv(interval_s=interval))
             stop.wait(interval)
@@ -133,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
         "watchdog started",
         extra=kv(home=str(settings.home_dir), interval_s=args.interval, give_up_after=policy.max_crashes),
     )
-    Watchdog(Supervisor(settings.home_dir), services(settings), policy=policy).run(stop, args.interval)
+    watchdog = Watchdog(Supervisor(settings.home_dir), services(settings), policy=policy, logs=settings.logs)
+    watchdog.run(stop, args.interval)
     log.info("watchdog stopped")
 
 

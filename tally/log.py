@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+from collections import Counter
 from typing import Any
 
 
@@ -37,6 +39,27 @@ def setup_logging(level: str = "INFO") -> None:
     root.setLevel(level)
     for noisy in ("py4j", "urllib3", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class FailureLog:
+    """Unexpected failures of one process, logged so that a flood of them cannot fill the disk:
+    the first of each kind (exception class) with its traceback, each later one as one line with
+    the kind and how many there have been."""
+
+    def __init__(self, log: logging.Logger, event: str) -> None:
+        self.log = log
+        self.event = event
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def record(self, error: BaseException, **fields: Any) -> int:
+        """Log ``error`` (call it from the ``except`` block); the count of its kind so far."""
+        kind = type(error).__name__
+        with self._lock:
+            self.counts[kind] += 1
+            count = self.counts[kind]
+        self.log.error(self.event, exc_info=error if count == 1 else None, extra=kv(kind=kind, count=count, **fields))
+        return count
 
 
 def kv(**fields: Any) -> dict[str, dict[str, Any]]:

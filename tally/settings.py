@@ -429,8 +429,17 @@ class DashboardSettings:
     # scrypt cost N of new password hashes: 2^17 needs 128 MiB and a few tenths of a second per
     # check. Keep the default; conf/test.yaml lowers it so that tests run fast.
     password_scrypt_n: int = 2**17
+    # Origins whose pages may show the dashboard in a frame (a share link embedded in a site's own
+    # page), e.g. ["https://www.example.com"]; none: only the dashboard itself (frame-ancestors 'self').
+    frame_ancestors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for origin in self.frame_ancestors:
+            if not FRAME_ANCESTOR.fullmatch(origin):
+                raise SettingsError(
+                    f"dashboard.frame_ancestors: {origin!r} is not an origin; write scheme and host, "
+                    "e.g. https://www.example.com (or https://example.com:8443), without a path"
+                )
         n = self.password_scrypt_n
         if not 2**10 <= n <= 2**18 or n & (n - 1):
             raise SettingsError(
@@ -441,6 +450,10 @@ class DashboardSettings:
             raise SettingsError(f"dashboard.session_minutes: {self.session_minutes} must be 1 or more (10080 = 7 days)")
         if self.refresh_seconds < 0:
             raise SettingsError(f"dashboard.refresh_seconds: {self.refresh_seconds} must be 0 (off) or more")
+
+
+# An origin a page may be framed by: http(s), a host name (or *. and a name), an optional port.
+FRAME_ANCESTOR = re.compile(r"https?://(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?")
 
 
 @dataclass(frozen=True)
@@ -478,6 +491,19 @@ class ApiSettings:
             raise SettingsError(f"api.port: {self.port} must be a port number")
         if self.requests_per_hour < 1:
             raise SettingsError(f"api.requests_per_hour: {self.requests_per_hour} must be at least 1")
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """Service logs (``<home>/logs/<name>.log``): rotated by the watchdog past ``max_mib``."""
+
+    max_mib: int = 50  # a service's log past this is copied to <name>.log.1 and emptied
+    keep: int = 3  # rotated copies kept of each: <name>.log.1 … .3 (the oldest dropped)
+
+    def __post_init__(self) -> None:
+        for key in ("max_mib", "keep"):
+            if getattr(self, key) < 1:
+                raise SettingsError(f"logs.{key}: {getattr(self, key)} must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -648,6 +674,7 @@ class Settings:
     traffic: TrafficSettings = field(default_factory=TrafficSettings)
     quality: QualitySettings = field(default_factory=QualitySettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
+    logs: LogSettings = field(default_factory=LogSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
     sites: tuple[SiteSettings, ...] = ()

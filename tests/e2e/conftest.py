@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ops import chromium
-from ops.stack import stack_env
+from ops.stack import free_ports, stack_env
 from tally.settings import PROJECT_ROOT
 
 ARTIFACTS = PROJECT_ROOT / "test-artifacts"
@@ -51,6 +55,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
         yield running
     finally:
         running.tally("down")
+
+
+@contextlib.contextmanager
+def served_folder(root: Path) -> Iterator[str]:
+    """Serve ``root`` over HTTP on a free loopback port (another origin than the stack's) while in
+    the block; its base URL."""
+    (port,) = free_ports(1)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture(scope="session")

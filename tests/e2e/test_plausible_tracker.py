@@ -4,11 +4,8 @@ real Kafka consumer then finds, and what the streaming views count."""
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import shutil
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +16,8 @@ import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from ops.stack import free_ports
 from tally.settings import PROJECT_ROOT, load_settings
-from tests.e2e.conftest import RunningStack
+from tests.e2e.conftest import RunningStack, served_folder
 from tests.e2e.test_tracker import wait_in_page
 from tests.integration.conftest import wait_for
 from tests.integration.kafka_reader import read_topic
@@ -44,12 +40,8 @@ ALLOW_AUTOMATION = "window.__plausible = true"
 def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     assert (PACKAGE / "plausible.js").is_file(), "the npm tracker is missing: run `make tracker/node_modules`"
     root = tmp_path_factory.mktemp("plausible-pages")
-    (port,) = free_ports(1)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{port}", root
-    server.shutdown()
+    with served_folder(root) as url:
+        yield url, root
 
 
 @pytest.fixture

@@ -3,10 +3,7 @@ what it must not send, and what a real Kafka consumer then finds."""
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from ops.stack import free_ports
 from tally.settings import load_settings
-from tests.e2e.conftest import RunningStack
+from tests.e2e.conftest import RunningStack, served_folder
 from tests.integration.conftest import wait_for
 from tests.integration.kafka_reader import read_topic
 
@@ -30,12 +26,8 @@ PAGE = """<!doctype html><html><head><title>Tally e2e</title>
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("pages")
-    (port,) = free_ports(1)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{port}", root
-    server.shutdown()
+    with served_folder(root) as url:
+        yield url, root
 
 
 def page_with(root: Path, stack: RunningStack, attrs: str) -> str:

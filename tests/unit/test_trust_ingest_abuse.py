@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from ingest import app as ingest_app
+from ingest.pipeline import Pipeline
+from tally.log import FailureLog
 from tally.settings import RateLimitSettings, Settings, SiteSettings
 from tests.support.ingest import IngestApp
 
@@ -160,5 +163,21 @@ def test_custom_events_of_one_client_have_their_own_hourly_budget(tmp_path: Path
 
 
 def test_the_events_budget_is_a_setting_refused_below_zero() -> None:
-    with pytest.raises(ValueError, match="ratelimit.client_events_per_hour"):
+    with pytest.raises(ValueError, match=r"ratelimit\.client_events_per_hour"):
         RateLimitSettings(client_events_per_hour=-1)
+
+
+def test_a_bug_met_by_many_requests_is_logged_in_full_once_then_one_line_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*_: Any) -> None:
+        raise RuntimeError("a bug")
+
+    ingest = ingest_for(tmp_path)
+    monkeypatch.setattr(Pipeline, "accept", broken)
+    monkeypatch.setattr(ingest_app, "FAILURES", FailureLog(ingest_app.log, ingest_app.FAILURES.event))  # counts from 0
+    answers = [ingest.post(beacon()) for _ in range(3)]
+    assert {status for status, _ in answers} == {500}
+    assert answers[0][1]["error"] == "internal_error"
+    failed = [r for r in caplog.records if r.getMessage().startswith("request failed")]
+    assert [(r.exc_info is not None, r.fields["count"]) for r in failed] == [(True, 1), (False, 2), (False, 3)]  # type: ignore[attr-defined]
