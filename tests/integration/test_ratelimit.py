@@ -19,8 +19,9 @@ from confluent_kafka import Producer
 from ingest.enrich import client_hash
 from jobs import streaming
 from ops.processes import Service, Supervisor
+from ops.site_commands import add_site
 from ops.stack import free_ports, http_ok
-from tally.settings import Settings
+from tally.settings import Settings, SiteSettings
 from tests.integration.conftest import wait_for
 from tests.integration.kafka_reader import read_topic
 
@@ -124,8 +125,11 @@ def test_a_block_published_on_kafka_is_honoured_by_every_ingest_within_30_s(
 def test_a_client_over_the_limit_across_two_ingests_is_blocked_by_the_job_everywhere(
     settings: Settings, two_ingests: list[str], spark: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    site, ip = "limited.tally.test", "198.51.100.23"
-    limit = settings.client_limit(settings.site(site))  # type: ignore[arg-type]
+    seeded, ip = settings.site("limited.tally.test"), "198.51.100.23"
+    # A site added at runtime with a limit of its own: the job learns it from the sites topic.
+    runtime = SiteSettings("runtime-limited.tally.test", client_pageviews_per_hour=3)
+    add_site(settings, runtime)
+    assert seeded is not None
     home = tmp_path_factory.mktemp("ratelimit-job")
     job_settings = dataclasses.replace(
         settings, home=str(home), warehouse=dataclasses.replace(settings.warehouse, path=str(home / "warehouse"))
@@ -134,21 +138,26 @@ def test_a_client_over_the_limit_across_two_ingests_is_blocked_by_the_job_everyw
     try:
         job.process_all_available()  # the backlog of earlier tests
         clear_of_the_hour()
-        # Each ingest sees only its share, within the limit; together they exceed it.
-        share = limit // 2 + 1
-        for url in two_ingests:
-            assert [send(url, site, ip).status_code for _ in range(share)] == [202] * share
-        for url in two_ingests:
-            # Probe with custom events: they do not count against the in-process page-view limit,
-            # so only the job's block can refuse them.
-            refused = functools.partial(lambda u: send(u, site, ip, k="event", n="probe").status_code == 429, url)
-            # Generous: the job's micro-batch, its Delta merge and the block's trip through Kafka
-            # share 2 cores with the other views' queries; a block usually lands within seconds.
-            wait_for(refused, 120, f"{url} to refuse the client the job blocked")
-            assert "rate-limit job" in send(url, site, ip, k="event", n="probe").text
+        shares = {}
+        for site, address in ((seeded, ip), (runtime, "198.51.100.24")):
+            # Each ingest sees only its share, within the limit; together they exceed it.
+            shares[site.site_id] = share = settings.client_limit(site) // 2 + 1
+            for url in two_ingests:
+                assert [send(url, site.site_id, address).status_code for _ in range(share)] == [202] * share
+            for url in two_ingests:
+                # Probe with custom events: they do not count against the in-process page-view limit,
+                # so only the job's block can refuse them.
+                probe = functools.partial(send, url, site.site_id, address, k="event", n="probe")
+                # Generous: the job's micro-batch, its Delta merge and the block's trip through Kafka
+                # share 2 cores with the other views' queries; a block usually lands within seconds.
+                refused = functools.partial(lambda p: p().status_code == 429, probe)
+                wait_for(refused, 120, f"{url} to refuse the client the job blocked")
+                assert "rate-limit job" in probe().text
     finally:
         job.stop()
-    counts = spark.read.format("delta").load(job_settings.table_uri("agg.ratelimit")).where(f"site_id = '{site}'")
-    assert [r.pageviews for r in counts.collect()] == [2 * share]
     blocks = [json.loads(v) for _, v in read_topic(settings.kafka.servers, settings.kafka.ratelimit_topic)]
-    assert any(b.get("site_id") == site and b["pageviews"] == 2 * share for b in blocks)
+    for site_id, share in shares.items():
+        table = spark.read.format("delta").load(job_settings.table_uri("agg.ratelimit"))
+        counts = table.where(f"site_id = '{site_id}'")
+        assert [r.pageviews for r in counts.collect()] == [2 * share]
+        assert any(b.get("site_id") == site_id and b["pageviews"] == 2 * share for b in blocks)
