@@ -22,7 +22,6 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import Producer
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -30,9 +29,9 @@ from api.answering import Answering, Refused
 from api.keys import ApiKey
 from tally.log import kv
 from tally.settings import Settings, SettingsError, SiteSettings
-from tally.site_registry import SiteChange, SiteRegistry, encode_removal, encode_site, new_site, site_json
+from tally.site_registry import SiteChange, SiteRegistry, new_site, site_json
 from topics.follower import TopicFollower
-from topics.sites import follow_sites
+from topics.sites import SiteWriteFailed, change_record, follow_sites, write_site_record
 
 log = logging.getLogger("tally.api.sites")
 
@@ -79,20 +78,10 @@ class SiteAdmin:
 
     def write(self, change: SiteChange) -> None:
         """Append a change's record (acks=all), then apply it here at once: this process reads its own write."""
-        if change.site is None:
-            value = encode_removal(at_ms=change.at_ms)
-        else:
-            value = encode_site(change.site, at_ms=change.at_ms)
-        failures: list[str] = []
-        producer = Producer({**self.settings.kafka.client_config(), "acks": "all", "enable.idempotence": True})
-        producer.produce(
-            self.settings.kafka.sites_topic,
-            key=change.site_id.encode(),
-            value=value,
-            on_delivery=lambda error, _msg: failures.extend([str(error)] if error is not None else []),
-        )
-        if producer.flush(WRITE_TIMEOUT_S) or failures:
-            raise Refused(503, f"Kafka did not store the change ({', '.join(failures) or 'timed out'}); retry later")
+        try:
+            write_site_record(self.settings.kafka, change.site_id, change_record(change), timeout=WRITE_TIMEOUT_S)
+        except SiteWriteFailed as e:
+            raise Refused(503, f"Kafka did not store the change ({e}); retry later") from e
         self.registry.apply_change(change)
         self.refresh()
 

@@ -13,7 +13,6 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from dashboard.auth import (
 from dashboard.passwords import hash_password, verify_password
 from dashboard.sessions import end_user_sessions
 from dashboard.share_links import ShareLinks, describe_view, parse_view, share_url
+from ops.actions import Handler, actions
 from ops.site_commands import with_sites_named
 from tally.private_files import write_private
 from tally.settings import DashboardUser, Settings
@@ -39,28 +39,15 @@ log = logging.getLogger("tally.ops.access_commands")
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
 MIN_PASSWORD_CHARS = 8
 
-Handler = Callable[[argparse.Namespace, Settings], int]
-
 
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
     print(message, file=sys.stderr)
     return code
 
 
-def _actions(parser: argparse.ArgumentParser, dest: str) -> Callable[[str, Handler, str], argparse.ArgumentParser]:
-    sub = parser.add_subparsers(dest=dest, required=True, metavar="ACTION")
-
-    def action(name: str, handler: Handler, text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=text, description=text)
-        p.set_defaults(action=handler)
-        return p
-
-    return action
-
-
 def add_user_arguments(parser: argparse.ArgumentParser) -> None:
     """``tally user add|list|remove|hash``."""
-    action = _actions(parser, "user_action")
+    action = actions(parser, "user_action")
     add = action("add", run_user_add, "Add a dashboard user (password asked twice, or read from stdin).")
     add.add_argument("name", help="login name: letters, digits and _ . @ - (at most 64)")
     add.add_argument("--sites", required=True, help="site ids the user may see, comma-separated, or * for every site")
@@ -179,7 +166,7 @@ def run_user_hash(args: argparse.Namespace, settings: Settings) -> int:
 
 def add_share_arguments(parser: argparse.ArgumentParser) -> None:
     """``tally share create|list|revoke``."""
-    action = _actions(parser, "share_action")
+    action = actions(parser, "share_action")
     create = action("create", run_share_create, "Make a signed, expiring, read-only link to one site's view.")
     create.add_argument("--site", required=True, help="the configured site_id the link shows")
     create.add_argument("--view", default="", help='the view\'s query parameters, e.g. "range=30d&country=DE"')

@@ -9,16 +9,16 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ops.actions import Handler, actions
 from tally.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
     from notify.ledger import Delivery
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-Handler = Callable[[argparse.Namespace, Settings], int]
 
 
 def _moment(text: str) -> dt.datetime:
@@ -30,17 +30,6 @@ def _moment(text: str) -> dt.datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
-def _actions(parser: argparse.ArgumentParser, dest: str) -> Callable[[str, Handler, str], argparse.ArgumentParser]:
-    sub = parser.add_subparsers(dest=dest, required=True, metavar="ACTION")
-
-    def action(name: str, handler: Handler, text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=text, description=text)
-        p.set_defaults(action=handler)
-        return p
-
-    return action
-
-
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the messages; send and record nothing")
     parser.add_argument("--now", type=_moment, help="take this time (UTC) as now, e.g. 2026-03-09T07:00")
@@ -48,7 +37,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """``tally report send``."""
-    action = _actions(parser, "report_action")
+    action = actions(parser, "report_action")
     send = action(
         "send",
         run_report_send,
@@ -61,7 +50,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_alerts_arguments(parser: argparse.ArgumentParser) -> None:
     """``tally alerts check|status``."""
-    action = _actions(parser, "alerts_action")
+    action = actions(parser, "alerts_action")
     check = action(
         "check",
         run_alerts_check,

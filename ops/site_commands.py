@@ -15,13 +15,13 @@ import sys
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from ops import broker
 from tally.salt_periods import SALT_PERIODS
 from tally.settings import Settings, SettingsError, SiteSettings
 from tally.site_registry import SiteRegistry, encode_removal, encode_site, new_site, site_json
-from topics.sites import follow_sites
+from topics.sites import SiteWriteFailed, follow_sites, write_site_record
 
 EXIT_USAGE = 2
 EXIT_KAFKA = 1
@@ -93,20 +93,14 @@ def current_sites(settings: Settings, *, timeout: float = READ_TIMEOUT_S) -> Sit
 
 def write_record(settings: Settings, site_id: str, value: bytes, *, timeout: float = READ_TIMEOUT_S) -> None:
     """Append one record to the sites topic (:func:`current_sites` made sure it exists), acks=all."""
-    failures: list[str] = []
-
-    def delivered(error: Any, _message: Any) -> None:
-        if error is not None:
-            failures.append(str(error))
-
-    producer = Producer({**settings.kafka.client_config(), "acks": "all", "enable.idempotence": True})
-    producer.produce(settings.kafka.sites_topic, key=site_id.encode(), value=value, on_delivery=delivered)
-    if producer.flush(timeout) or failures:
+    try:
+        write_site_record(settings.kafka, site_id, value, timeout=timeout)
+    except SiteWriteFailed as e:
         raise SiteCommandError(
-            f"Kafka did not store the record for {site_id} ({', '.join(failures) or 'timed out'}); "
+            f"Kafka did not store the record for {site_id} ({e}); "
             "nothing changed: check `tally status` and run the command again",
             code=EXIT_KAFKA,
-        )
+        ) from e
 
 
 def add_site(settings: Settings, site: SiteSettings, *, replace: bool = False) -> str:
