@@ -63,7 +63,7 @@ def test_visitor_ids_are_stable_within_a_salt_and_unlinkable_across() -> None:
         ("Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", "Googlebot", "desktop", True),
         ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 HeadlessChrome/120.0.0.0 Safari/537.36", None, None, True),
         ("", None, None, True),
-        ("<script>alert(1)</script>" * 100, None, None, False),
+        ("<script>alert(1)</script>" * 100, None, None, True),  # isbot: a user agent starting with <  is no browser
     ],
 )
 def test_user_agents_are_classified(ua: str, browser: str | None, device: str | None, bot: bool) -> None:
