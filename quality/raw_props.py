@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from quality.findings import KAFKA_RAW, RAW_VIEWS, SKETCHES, Finding, backfill_hint, examples
-from quality.raw_views import late_arrivals, late_cause, plural, recorded_late_since
+from quality.findings import RAW_VIEWS, SKETCHES, Finding, backfill_hint, examples
+from quality.raw_views import late_arrivals, mismatch_cause, plural, recorded_late_since
 from tally.dimensions import NONE_VALUE
 from tally.sketches import union_estimate
 from tally.tables import PROPS_1D, RAW_PAGEVIEWS
@@ -117,16 +117,15 @@ def reconcile_raw_props(data: PropsInput) -> list[Finding]:
 def _explain(f: Finding, differ: pd.DataFrame, arrived_late: int, recorded: int, data: PropsInput) -> Finding:
     assert f.date is not None and f.expected is not None and f.actual is not None, "a dated count"
     rows = f"; {plural(len(differ), 'row')} differ{'s' if len(differ) == 1 else ''}: {_shown(differ)}"
-    if f.actual < f.expected and (arrived_late or recorded):
-        cause, hint = late_cause(f.date, arrived_late, recorded, data.watermark, "custom event")
-    elif f.actual < f.expected:
-        cause, hint = f"; the view misses custom events of {RAW_PAGEVIEWS}", backfill_hint(f.date)
-    elif f.actual == f.expected:
-        cause, hint = "; the sums agree but rows do not: the view was changed", backfill_hint(f.date)
-    else:
-        cause = f"; the view counts events {RAW_PAGEVIEWS} does not hold: rows lost from raw after the view was"
-        cause += f" computed (see {KAFKA_RAW}), or the view was changed"
-        hint = backfill_hint(f.date)
+    cause, hint = mismatch_cause(
+        f.date,
+        short=f.actual < f.expected,
+        arrived_late=arrived_late,
+        recorded=recorded,
+        watermark=data.watermark,
+        noun="custom event",
+        parts_differ="the sums agree but rows do not" if f.actual == f.expected else "",
+    )
     return Finding(f.check, f.name, f.subject, f.date, f.expected, f.actual, False, f.message + rows + cause, hint)
 
 

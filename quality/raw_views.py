@@ -186,6 +186,32 @@ def late_cause(day: dt.date, arrived_late: int, recorded: int, watermark: dt.tim
     return cause, hint
 
 
+def mismatch_cause(
+    day: dt.date,
+    *,
+    short: bool,
+    arrived_late: int,
+    recorded: int,
+    watermark: dt.timedelta,
+    noun: str,
+    missing: str = "",
+    parts_differ: str = "",
+) -> tuple[str, str]:
+    """The message suffix and the hint of a view's count that differs from raw's, by its likely
+    cause: short with late events (``noun``: what arrived late), short, totals that agree while
+    their parts do not (``parts_differ`` says which, and is empty when the check has no parts), or
+    more than raw holds; ``missing``: what a short view misses (``noun`` in the plural unless given).
+    Every reconciliation of a view with raw explains its mismatches here."""
+    if short and (arrived_late or recorded):
+        return late_cause(day, arrived_late, recorded, watermark, noun)
+    if short:
+        return f"; the view misses {missing or noun + 's'} of {RAW_PAGEVIEWS}", backfill_hint(day)
+    if parts_differ:
+        return f"; {parts_differ}: the view was changed", backfill_hint(day)
+    cause = f"; the view counts more than {RAW_PAGEVIEWS} holds: rows lost from raw after the view was computed"
+    return cause + f" (see {KAFKA_RAW}), or the view was changed", backfill_hint(day)
+
+
 def _explain(findings: Sequence[Finding], data: ViewsInput, pageviews: pd.DataFrame) -> list[Finding]:
     """Give each mismatch its likely cause and the command that fixes it."""
     late = late_arrivals(pageviews, data.watermark)
@@ -196,13 +222,14 @@ def _explain(findings: Sequence[Finding], data: ViewsInput, pageviews: pd.DataFr
             continue
         short = f.actual > 0 if f.name == "page views without a visit" else f.actual < f.expected
         arrived_late, recorded = late.get(f.date, 0), recorded_late_since(data.late_events, f.date)
-        if short and (arrived_late or recorded):
-            cause, hint = late_cause(f.date, arrived_late, recorded, data.watermark, "page view")
-        elif short:
-            cause, hint = f"; the view misses events of {RAW_PAGEVIEWS}", backfill_hint(f.date)
-        else:
-            cause = f"; the view counts more than {RAW_PAGEVIEWS}: rows lost from raw after the view was computed"
-            cause += f" (see {KAFKA_RAW}), or the view was changed"
-            hint = backfill_hint(f.date)
+        cause, hint = mismatch_cause(
+            f.date,
+            short=short,
+            arrived_late=arrived_late,
+            recorded=recorded,
+            watermark=data.watermark,
+            noun="page view",
+            missing="events",
+        )
         explained.append(replace(f, message=f.message + cause, hint=hint))
     return explained

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from quality.findings import KAFKA_RAW, RAW_VIEWS, Finding, backfill_hint, examples
-from quality.raw_views import late_arrivals, late_cause, recorded_late_since, reportable
+from quality.findings import RAW_VIEWS, Finding, examples
+from quality.raw_views import late_arrivals, mismatch_cause, recorded_late_since, reportable
 from tally.tables import RAW_PAGEVIEWS, VITALS_1H
 from tally.vitals import (
     BANDS,
@@ -141,14 +141,13 @@ def _explain(f: Finding, arrived_late: int, data: VitalsInput) -> Finding:
     if f.ok or f.date is None or f.expected is None or f.actual is None:
         return f
     recorded = recorded_late_since(data.late_events, f.date)
-    if f.actual < f.expected and (arrived_late or recorded):
-        cause, hint = late_cause(f.date, arrived_late, recorded, data.watermark, "vitals beacon")
-    elif f.actual < f.expected:
-        cause, hint = f"; the view misses beacons of {RAW_PAGEVIEWS}", backfill_hint(f.date)
-    elif f.actual == f.expected:
-        cause, hint = "; the totals agree but the parts do not: the view was changed", backfill_hint(f.date)
-    else:
-        cause = f"; the view counts more than {RAW_PAGEVIEWS}: rows lost from raw after the view was computed"
-        cause += f" (see {KAFKA_RAW}), or the view was changed"
-        hint = backfill_hint(f.date)
+    cause, hint = mismatch_cause(
+        f.date,
+        short=f.actual < f.expected,
+        arrived_late=arrived_late,
+        recorded=recorded,
+        watermark=data.watermark,
+        noun="vitals beacon",
+        parts_differ="the totals agree but the parts do not" if f.actual == f.expected else "",
+    )
     return Finding(f.check, f.name, f.subject, f.date, f.expected, f.actual, False, f.message + cause, hint)

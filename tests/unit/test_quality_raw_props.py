@@ -132,7 +132,7 @@ def test_a_row_counted_from_a_bots_events_is_named_as_bots_only() -> None:
     assert "signup plan=bot-plan: 1 (raw 0)" in extra.message
     assert "tally backfill --from 2026-01-10 --to 2026-01-10" in extra.hint
     events = named(findings, "property events")
-    assert (events.expected, events.actual) == (4, 5) and "does not hold" in events.message
+    assert (events.expected, events.actual) == (4, 5) and "counts more than raw.pageviews holds" in events.message
 
 
 def test_a_row_short_of_raw_names_the_row_and_the_late_events_that_explain_it() -> None:

@@ -121,7 +121,7 @@ def test_a_view_short_of_a_beacon_names_late_events_when_they_explain_it(late: b
     short = found["vitals beacons", DAY2]
     assert (short.expected, short.actual, short.ok) == (2, 1, False)
     assert ("late events: 1 vitals beacon of 2026-01-11" in short.message) is late
-    assert ("the view misses beacons" in short.message) is not late
+    assert ("the view misses vitals beacons" in short.message) is not late
 
 
 def test_a_scroll_sum_that_differs_fails_even_with_the_same_count() -> None:
