@@ -145,6 +145,7 @@ class HealthFigures:
     newest_window: Future[dt.datetime | None]
     newest_event: Future[dt.datetime | None]
     audit: Future[pd.DataFrame]
+    bots: Future[int] | None = None  # the site's events from bots and monitors in the range
     archive_lag: Future[ArchiveLag | None] | None = None
     late_events: Future[int] | None = None
     checks: Future[pd.DataFrame] | None = None
@@ -169,7 +170,12 @@ def start(
         (QUALITY_AUDITS,),
         lambda: latest_audit(settings, site_id, every_site=every_site),
     )
-    figures = HealthFigures(now, newest_window(ask, site_id, today), newest_event, audit)
+    bots = ask.value(
+        ("bot_events", site_id, days.start, days.end),
+        (RAW_PAGEVIEWS,),
+        lambda: freshness.bot_events(ask.agg, site_id, days),
+    )
+    figures = HealthFigures(now, newest_window(ask, site_id, today), newest_event, audit, bots)
     if not every_site:
         return figures
     return HealthFigures(
@@ -177,6 +183,7 @@ def start(
         figures.newest_window,
         newest_event,
         audit,
+        bots,
         archive_lag=ask.recent(("archive_lag",), ARCHIVE_LAG_SECONDS, lambda: archive_lag_total(settings)),
         late_events=ask.value(
             ("late_events", days.start, days.end), (LATE_EVENTS.table,), lambda: late_events(ask.agg, days)

@@ -280,6 +280,15 @@ def data_health(settings: Settings, figures: HealthFigures, *, every_site: bool)
     last = figures.newest_window.result()
     age = max(0.0, (now - last).total_seconds() / 60) if last else None
     shown = [Card("Last data", f"{age:.0f} min ago" if age is not None else "none today or yesterday")]
+    if figures.bots is not None:
+        bots = f"{figures.bots.result():,}"
+        shown.append(
+            Card(
+                "Bots and monitors in range",
+                bots,
+                help="Events of crawlers, site monitors and automation: kept in raw, left out of every figure.",
+            )
+        )
     behind = freshness.views_lag(figures.newest_event.result(), last, now.date())
     if behind > limit:
         st.error(

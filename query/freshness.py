@@ -43,6 +43,21 @@ def newest_event(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetime |
     return dt.datetime.fromtimestamp(newest / 1000, dt.UTC) if newest is not None else None
 
 
+def bot_events(agg: Aggregates, site_id: str, days: Range) -> int:
+    """The site's archived events over the range from bots, monitors and automation (``is_bot``):
+    kept in raw, left out of every figure; counted exactly from the files of those dates."""
+    dataset = agg.dataset(RAW_PAGEVIEWS)
+    if dataset is None:
+        return 0
+    condition = (
+        (pc.field("event_date") >= days.start)
+        & (pc.field("event_date") <= days.end)
+        & (pc.field("site_id") == site_id)
+        & pc.field("is_bot")
+    )
+    return int(dataset.count_rows(filter=condition))
+
+
 def views_lag(newest_raw: dt.datetime | None, newest_window: dt.datetime | None, today: dt.date) -> dt.timedelta:
     """How far the views' newest minute (None: none since yesterday began) trails the newest
     archived event of today or yesterday; zero when they are level or nothing was archived."""

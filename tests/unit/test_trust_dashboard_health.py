@@ -25,13 +25,14 @@ from dashboard.share_links import ShareLinks
 from tally.quarantine import PartitionStatus
 from tally.settings import DashboardUser, Settings, load_settings
 from tally.storage import append_rows
-from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_PARTITIONS_SCHEMA, QUALITY_RESULTS_SCHEMA
-from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_PARTITIONS, QUALITY_RESULTS
+from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_PARTITIONS_SCHEMA, QUALITY_RESULTS_SCHEMA, RAW_LAYOUT
+from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_PARTITIONS, QUALITY_RESULTS, RAW_PAGEVIEWS
 from tests.unit import markup_reader
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 SITE_A, SITE_B = "demo.tally.local", "limited.tally.test"  # the sites of conf/test.yaml
 NOW = dt.datetime.now(dt.UTC)
+A_BOTS = 7  # site A's events from bots and monitors today
 TODAY = NOW.date()
 
 A_AUDIT = 1234  # site A's own audit: its page shows it
@@ -114,6 +115,14 @@ def seed_warehouse(settings: Settings) -> None:
         }
     ]
     append_rows(settings, QUALITY_PARTITIONS, pa.Table.from_pylist(partitions, schema=QUALITY_PARTITIONS_SCHEMA))
+    # Site A's bots and monitors (left out of every figure, counted on its panel), a person, and B's bot.
+    visits = [(SITE_A, True)] * A_BOTS + [(SITE_A, False), (SITE_B, True)]
+    events = [
+        {"event_id": f"e{i}", "site_id": site, "is_bot": bot, "type": "pageview", "event_date": TODAY}
+        for i, (site, bot) in enumerate(visits)
+    ]
+    schema, partition_by = RAW_LAYOUT[RAW_PAGEVIEWS]
+    append_rows(settings, RAW_PAGEVIEWS, pa.Table.from_pylist(events, schema=schema), partition_by=[partition_by])
 
 
 @pytest.fixture
@@ -195,3 +204,10 @@ def test_a_user_granted_every_site_sees_the_whole_instance_but_not_another_sites
     page = shown(user_page(settings, "root", monkeypatch))
     assert all(marker in page for marker in ("424,242", "31,337", "987654", CHECK)), "whole-instance health"
     assert not any(marker in page for marker in SITE_B_ONLY), "site B's own audit and quarantine are B's page's"
+
+
+def test_a_site_s_bots_and_monitors_are_counted_on_its_panel_and_nowhere_else(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = shown(user_page(settings, "ana", monkeypatch))
+    assert f"Bots and monitors in range {A_BOTS}" in page  # site B's bot is not site A's
