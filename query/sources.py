@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Mapping
+from typing import Final
 
 import pyarrow.dataset as ds
 
@@ -27,6 +28,11 @@ from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
 from tally.storage import arrow_dataset, find_table
 from tally.tables import RAW_PAGEVIEWS
+
+NO_SITE: Final = ""
+"""The site of a question nothing can match (filters before the archiver has written any raw event).
+No site has this id (``tally.site_registry.SITE_ID_FORMAT``), so a report of it reads the tables
+and finds no row: its figures are empty, in the shapes a site's have (:meth:`Sources.nothing_matches`)."""
 
 
 def session_gap_ms(settings: Settings) -> int:
@@ -77,6 +83,14 @@ class Sources:
             return None
         return arrow_dataset(table), (uri, table.version())
 
+    def nothing_matches(self, days: Range) -> AggregateReport:
+        """The report of a question nothing matches: the views' report of :data:`NO_SITE` over ``days``."""
+        return AggregateReport(self.aggregates, NO_SITE, days)
+
+    def no_vitals(self, days: Range) -> AggregateVitals:
+        """The vitals of a question nothing matches: ``agg.vitals_1h``'s of :data:`NO_SITE` over ``days``."""
+        return AggregateVitals(self.aggregates, NO_SITE, days)
+
     def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report:
         """The aggregate tables' report of a site over a range of its local dates (:meth:`views_report`)."""
         return self.views_report(site_id, start, end)
@@ -110,7 +124,7 @@ class Sources:
         if not filters:
             return self.aggregate_report(site_id, start, end)
         raw = self.raw(site_id, days, filters)
-        return raw if raw is not None else AggregateReport(self.aggregates, "", days)  # no raw rows: nothing matches
+        return raw if raw is not None else self.nothing_matches(days)  # no raw rows
 
     def aggregate_vitals(self, site_id: str, start: dt.date, end: dt.date, *, shared: bool = False) -> VitalsReport:
         """Core Web Vitals and scroll depth of whole local days from ``agg.vitals_1h`` (p75 approximate);
@@ -123,7 +137,7 @@ class Sources:
         if days.hour_aligned:
             return ZonedVitals(self.aggregates, site_id, days)
         exact = self.exact_vitals(site_id, *days.utc_dates, between=days.instants, shared=shared)
-        return exact if exact is not None else AggregateVitals(self.aggregates, "", Range(start, end))
+        return exact if exact is not None else self.no_vitals(Range(start, end))  # no raw rows
 
     def exact_vitals(
         self,
@@ -156,4 +170,4 @@ class Sources:
         found = self.exact_vitals(
             site_id, *(days.utc_dates if between else (start, end)), filters=exact, between=between, shared=True
         )
-        return found if found is not None else self.aggregate_vitals("", start, end, shared=True)  # no raw rows
+        return found if found is not None else self.no_vitals(Range(start, end))  # no raw rows

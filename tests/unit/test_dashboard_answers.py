@@ -29,10 +29,11 @@ from dashboard.answers import (
 )
 from query.aggregates import AggregateReport, Aggregates, Range
 from query.raw import RawQuery
-from query.sources import Sources
+from query.sources import NO_SITE, Sources
 from query.vitals import AggregateVitals, ExactVitals
 from query.zoned import ZonedReport
 from tally.settings import Settings, SiteSettings, load_settings
+from tally.site_registry import SITE_ID_FORMAT
 from tally.tables import RAW_PAGEVIEWS
 
 
@@ -272,3 +273,18 @@ def test_a_drill_down_reads_the_raw_snapshot_its_answers_are_keyed_on_without_re
     ask = Asker(sources.aggregates, AnswerCache(), pool)
     assert version is not None and ask.versions((RAW_PAGEVIEWS,)) == ((RAW_PAGEVIEWS, version + 1),)
     assert ask.versions_of(drill_down) == ask.versions_of(filtered_vitals) == ((RAW_PAGEVIEWS, version),)
+
+
+def test_a_filtered_question_before_any_raw_event_is_answered_for_no_site_with_empty_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = home_settings(tmp_path, monkeypatch)
+    settings = dataclasses.replace(settings, sites=(SiteSettings(site_id="in.example", timezone="Asia/Kolkata"),))
+    sources = Sources(settings)
+    day = dt.date(2026, 1, 5)
+    report = sources.report("in.example", day, day, {"country": "DE"})
+    vitals = (sources.vitals("in.example", day, day, {"country": "DE"}), sources.vitals("in.example", day, day, {}))
+    assert not SITE_ID_FORMAT.fullmatch(NO_SITE), "no site can have it"
+    assert isinstance(report, AggregateReport) and report.site_id == NO_SITE
+    assert all(isinstance(v, AggregateVitals) and v.site_id == NO_SITE for v in vitals)
+    assert report.totals().pageviews == 0 and all(v.vitals("all") == [] for v in vitals)

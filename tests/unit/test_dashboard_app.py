@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -21,6 +22,7 @@ from tally.annotations import load_annotations
 from tally.quarantine import PartitionStatus
 from tally.settings import DashboardUser, Settings, load_settings
 from tests.unit import markup_reader
+from tests.unit.fragment_reruns import rerun_fragments_alone
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 
@@ -229,13 +231,51 @@ def test_a_page_whose_raw_events_do_not_fit_in_memory_says_what_to_do_instead_of
 ) -> None:
     import duckdb
 
-    import dashboard.page
+    import dashboard.live
+    import dashboard.questions
 
     def too_many(*_: object) -> None:
         raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block (1.8 GiB/1.8 GiB used)")
 
-    monkeypatch.setattr(dashboard.page, "figures", too_many)  # what a 90-day filtered page of 10M events raised
+    monkeypatch.setattr(dashboard.live, "figures", too_many)  # what a 90-day filtered page of 10M events raised
     app = logged_in(settings).run()
     assert not app.exception, "no traceback"
-    assert [e.value for e in app.error] == [dashboard.page.TOO_MANY_EVENTS]
-    assert "Pick a shorter range" in dashboard.page.TOO_MANY_EVENTS
+    assert [e.value for e in app.error] == [dashboard.questions.TOO_MANY_EVENTS]
+    assert "Pick a shorter range" in dashboard.questions.TOO_MANY_EVENTS
+
+
+def test_a_refresh_of_the_live_figures_asks_the_gate_then_the_page_reports_again(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dashboard.live
+    import dashboard.questions
+
+    gate: list[bool] = []
+    asked: list[object] = []
+    allowed = dashboard.login.still_allowed
+
+    def still_allowed(*args: Any) -> bool:
+        gate.append(allowed(*args))
+        return gate[-1]
+
+    def page_reports(*args: Any) -> Any:
+        asked.append(args)
+        return dashboard.questions.page_reports(*args)
+
+    monkeypatch.setattr(dashboard.login, "still_allowed", still_allowed)
+    monkeypatch.setattr(dashboard.live, "page_reports", page_reports)
+    app = logged_in(settings).run()
+    assert not app.exception
+    assert (gate, asked) == ([True], []), "the page run's live figures: the gate, and the reports it asked"
+    rerun_fragments_alone(app)  # the refresh every dashboard.refresh_seconds, a tab picked
+    assert len(asked) == 1, "the refresh read the tables again"
+    assert gate == [True, True, True], "the live figures and the top tables each asked the gate first"
+
+
+def test_a_filtered_page_before_any_raw_event_says_the_filters_cannot_be_applied_yet(settings: Settings) -> None:
+    app = logged_in(settings)
+    app.query_params["f_country"] = "DE"
+    app.run()
+    assert not app.exception
+    assert [i.value for i in app.info] == ["No raw events yet, so filters cannot be applied."]
+    assert not markup_reader.figures_shown(app)

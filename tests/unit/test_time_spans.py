@@ -11,8 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dashboard.page
+import dashboard.questions
 from dashboard.view import View
 from query.aggregates import Range
+from query.sources import Sources
 from tally.settings import Settings, load_settings
 from tally.spans import describe_span, parse_span, spark_interval
 
@@ -74,7 +76,8 @@ def test_a_session_gap_of_a_day_reaches_the_dashboards_raw_drill_down(
     # The drill-down reads the raw table's snapshot the page's aggregate reader keeps: version 3.
     monkeypatch.setattr("query.aggregates.Aggregates.snapshot", lambda self, name: (3, "raw events"))
     days = Range(dt.date(2026, 1, 1), dt.date(2026, 1, 7))
-    drill_down = dashboard.page.raw_report(settings, View("demo.tally.local"), days)
+    sources = Sources(settings, dashboard.page.aggregates(settings))  # the page run's one
+    drill_down = dashboard.questions.raw_report(sources, View("demo.tally.local"), days)
     assert drill_down is not None and drill_down.gap_ms == 86_400_000
 
 
