@@ -6,6 +6,7 @@ import asyncio
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from query import scan_cache
 from query.scan_cache import PreparedScans
 from query.scans import PreparedScan
+from tally.settings import Settings, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -22,6 +24,23 @@ def restore_main_module() -> Iterator[None]:
     main_module = sys.modules["__main__"]
     yield
     sys.modules["__main__"] = main_module
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's own Tally home: ``TALLY_HOME`` is ``tmp_path`` and ``TALLY_ENV`` is ``test``, so
+    :func:`tally.settings.load_settings` reads conf/tally.yaml with conf/test.yaml there. A test file
+    that needs other values sets their ``TALLY_<SECTION>__<KEY>`` variables in an autouse fixture
+    of its own (autouse fixtures come first)."""
+    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+    monkeypatch.setenv("TALLY_ENV", "test")
+    return tmp_path
+
+
+@pytest.fixture
+def settings(home: Path) -> Settings:
+    """The settings of a test run: conf/ as CI has it, in the test's own home (:func:`home`)."""
+    return load_settings()
 
 
 @pytest.fixture

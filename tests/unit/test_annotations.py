@@ -3,13 +3,11 @@ text on a configured site's day, and returned beside a time series."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -17,18 +15,16 @@ from starlette.testclient import TestClient
 from api.app import create_app
 from api.keys import create_key
 from tally.annotations import AnnotationError, add_annotation, annotations_for, delete_annotation, load_annotations
-from tally.settings import Settings, load_settings
+from tally.settings import Settings
 
 SITE, OTHER = "demo.tally.local", "limited.tally.test"  # sites of conf/test.yaml
 NOW = dt.datetime(2026, 11, 25, 12, tzinfo=dt.UTC)
 
 
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_ENV", "test")
-    loaded = load_settings()
-    return dataclasses.replace(loaded, api=dataclasses.replace(loaded.api, requests_per_hour=100))
+@pytest.fixture(autouse=True)
+def generous_api_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More API requests an hour than the tests below send (`settings` reads it)."""
+    monkeypatch.setenv("TALLY_API__REQUESTS_PER_HOUR", "100")
 
 
 def test_annotations_are_kept_per_site_and_day_in_a_private_file(settings: Settings) -> None:

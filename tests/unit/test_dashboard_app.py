@@ -20,19 +20,18 @@ from dashboard.top_tables import TOP_TAB_KEY
 from quality.quarantine import record_statuses
 from tally.annotations import load_annotations
 from tally.quarantine import PartitionStatus
-from tally.settings import DashboardUser, Settings, load_settings
+from tally.settings import DashboardUser, Settings
 from tests.unit import markup_reader
 from tests.unit.fragment_reruns import rerun_fragments_alone
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 
 
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+@pytest.fixture(autouse=True)
+def browser_cookies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page reads its session cookie from :data:`BROWSER`, empty at each test's start."""
     BROWSER.clear()
     monkeypatch.setattr(dashboard.login, "session_cookie", lambda: BROWSER.get("cookie"))
-    return load_settings()
 
 
 BROWSER: dict[str, str] = {}  # the cookies the page's browser sends (st.context.cookies in a real one)

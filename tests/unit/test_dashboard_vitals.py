@@ -20,7 +20,7 @@ from dashboard.passwords import hash_password
 from dashboard.sessions import Sessions
 from dashboard.vitals_panel import VITALS_TAB_KEY, VitalsShown, breakdown, caption, code_span, p75_text, shares_frame
 from query.vitals import BandCounts, VitalFigures
-from tally.settings import DashboardUser, Settings, load_settings
+from tally.settings import DashboardUser, Settings
 from tally.sketches import digest_from_values, sketch_from_ids
 from tally.tables import TRAFFIC_1D, VITALS_1H
 from tally.vitals import BANDS, VITALS, VITALS_BY_NAME
@@ -71,12 +71,11 @@ def test_scroll_depths_are_whole_percents_of_the_pages_that_sent_one() -> None:
     assert shown.scroll_depths() == {"/a": 50}
 
 
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+@pytest.fixture(autouse=True)
+def browser_cookies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page reads its session cookie from :data:`BROWSER`, empty at each test's start."""
     BROWSER.clear()
     monkeypatch.setattr(dashboard.login, "session_cookie", lambda: BROWSER.get("cookie"))
-    return load_settings()
 
 
 def logged_in(settings: Settings) -> AppTest:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -20,7 +19,7 @@ from query.aggregates import Aggregates
 from query.freshness import newest_event
 from query.freshness import views_lag as views_behind
 from tally.lag import LagAlarm, OffsetClock, describe_lag
-from tally.settings import Settings, load_settings
+from tally.settings import Settings
 from tally.storage import append_rows
 from tally.table_schemas import RAW_PAGEVIEWS_SCHEMA
 from tally.tables import RAW_PAGEVIEWS
@@ -128,14 +127,11 @@ def test_views_behind_measures_the_newest_minute_against_the_newest_archived_eve
     assert describe_lag(dt.timedelta(minutes=125)) == "2 h 5 min" and describe_lag(dt.timedelta(seconds=9)) == "9 s"
 
 
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_ENV", "test")
-    settings = load_settings()
+@pytest.fixture(autouse=True)
+def seeded(settings: Settings) -> None:
+    """Each test's home with the warehouse and the users below."""
     seed_warehouse(settings)
     add_users(settings)
-    return settings
 
 
 def archive_lag_of(oldest_minutes: float) -> ArchiveLag:

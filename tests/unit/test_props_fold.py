@@ -8,28 +8,20 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pytest
 from deltalake import write_deltalake
 
 from query.aggregates import AggregateReport, Aggregates, Range, fold_values, kept_keys, property_keys, props
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
-from tally.settings import Settings, load_settings
+from tally.settings import Settings
 from tally.sketches import sketch_from_ids
 from tally.tables import PROPS_1D
 
 SITE = "props.test"
 DAY_1, DAY_2 = dt.date(2026, 2, 1), dt.date(2026, 2, 2)
 Event = tuple[dt.date, str, dict[str, str], str]  # day, event name, properties, visitor
-
-
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    return load_settings()
 
 
 def write_view(settings: Settings, events: list[Event], site: str = SITE) -> None:

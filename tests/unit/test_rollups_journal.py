@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ import pytest
 import jobs.rollups
 from jobs.rollup_journal import Touched, from_json, to_json
 from jobs.rollups import Rollups, ViewRollups
-from tally.settings import load_settings
 
 T0 = dt.datetime(2026, 2, 3, 9, 0)
 
@@ -36,10 +34,7 @@ def minutes(first: int, last: int, *sites: str) -> Touched:
     return Touched(frozenset(sites or ("a.test",)), T0 + dt.timedelta(minutes=first), T0 + dt.timedelta(minutes=last))
 
 
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))  # no agg.traffic_1m there: recovery is the journal's alone
-    return load_settings()
+# `settings` (tests/unit/conftest.py) has a home of its own, with no agg.traffic_1m: recovery is the journal's alone.
 
 
 def test_a_range_survives_two_crashes_in_a_row_before_any_roll_up(settings: Any) -> None:

@@ -15,7 +15,7 @@ from dashboard.passwords import hash_password
 from dashboard.series_chart import wall_clock
 from dashboard.sessions import Sessions
 from dashboard.view import range_label
-from tally.settings import DashboardUser, Settings, load_settings
+from tally.settings import DashboardUser, Settings
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 SITE = "kolkata.tally.test"
@@ -33,18 +33,20 @@ def test_the_charts_times_are_the_sites_wall_clock_whatever_the_browsers_zone() 
     assert list(wall_clock(local, "America/New_York")) == list(local)  # already wall clock: kept
 
 
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+@pytest.fixture(autouse=True)
+def kolkata(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One site, in Asia/Kolkata (`settings` reads it)."""
     monkeypatch.setenv("TALLY_SITES", f'[{{"site_id": "{SITE}", "domains": ["{SITE}"], "timezone": "Asia/Kolkata"}}]')
-    cookie: dict[str, str] = {}
-    monkeypatch.setattr(dashboard.login, "session_cookie", lambda: cookie.get("value"))
-    loaded = load_settings()
-    user = DashboardUser("ana", hash_password("correct horse", n=loaded.dashboard.password_scrypt_n), ("*",))
-    write_file_users(loaded, [user])
-    sessions = Sessions(loaded)
-    cookie["value"] = sessions.cookie_value(sessions.create(user, now=time.time()))
-    return loaded
+
+
+@pytest.fixture(autouse=True)
+def logged_in(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user granted every site, logged in: the page reads the session's cookie."""
+    user = DashboardUser("ana", hash_password("correct horse", n=settings.dashboard.password_scrypt_n), ("*",))
+    write_file_users(settings, [user])
+    sessions = Sessions(settings)
+    cookie = sessions.cookie_value(sessions.create(user, now=time.time()))
+    monkeypatch.setattr(dashboard.login, "session_cookie", lambda: cookie)
 
 
 def test_a_site_in_kolkata_shows_its_ranges_in_its_zone(settings: Settings) -> None:

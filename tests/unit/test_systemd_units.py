@@ -10,15 +10,14 @@ from pathlib import Path
 import pytest
 
 from ops.systemd import exec_line, unit_files, write_units
-from tally.settings import Settings, load_settings
+from tally.settings import Settings
 
 
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path / "home"))
+@pytest.fixture(autouse=True)
+def unit_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port and a secret the units must carry (`settings` reads them)."""
     monkeypatch.setenv("TALLY_INGEST__PORT", "8123")
     monkeypatch.setenv("TALLY_WAREHOUSE__SECRET_ACCESS_KEY", "s3cr3t value")
-    return load_settings()
 
 
 def sections(text: str) -> dict[str, list[tuple[str, str]]]:

@@ -4,15 +4,13 @@ registry. No broker: nothing listens on the port."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import dashboard.sites
 from ingest.blocks import BlockFollower
 from ingest.ratelimit import BlockList
 from ops.stack import free_ports
-from tally.settings import Settings, load_settings
+from tally.settings import Settings
 from topics.follower import TopicFollower
 
 STOP_S = 10  # a metadata request with the broker down lasts up to 5 s; the thread ends after it
@@ -48,11 +46,10 @@ def test_a_closed_block_follower_stops_its_thread_and_the_thread_closes_the_cons
         follower._consumer.poll(0)
 
 
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker address nothing listens on (`settings` reads it)."""
     monkeypatch.setenv("TALLY_KAFKA__BOOTSTRAP_SERVERS", f"127.0.0.1:{free_ports(1)[0]}")
-    return load_settings()
 
 
 def test_the_dashboards_follower_stops_when_the_cached_registry_is_released(settings: Settings) -> None:

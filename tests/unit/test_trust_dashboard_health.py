@@ -23,7 +23,7 @@ from dashboard.health import ArchiveLag
 from dashboard.sessions import Sessions
 from dashboard.share_links import ShareLinks
 from tally.quarantine import PartitionStatus
-from tally.settings import DashboardUser, Settings, load_settings
+from tally.settings import DashboardUser, Settings
 from tally.storage import append_rows
 from tally.table_schemas import QUALITY_AUDITS_SCHEMA, QUALITY_PARTITIONS_SCHEMA, QUALITY_RESULTS_SCHEMA, RAW_LAYOUT
 from tally.tables import LATE_EVENTS, QUALITY_AUDITS, QUALITY_PARTITIONS, QUALITY_RESULTS, RAW_PAGEVIEWS
@@ -125,16 +125,11 @@ def seed_warehouse(settings: Settings) -> None:
     append_rows(settings, RAW_PAGEVIEWS, pa.Table.from_pylist(events, schema=schema), partition_by=[partition_by])
 
 
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_ENV", "test")
-    monkeypatch.setattr(
-        dashboard.health, "archive_lag_total", lambda settings, **_: ArchiveLag(LAG)
-    )  # no broker needed
-    settings = load_settings()
+@pytest.fixture(autouse=True)
+def seeded(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's home with the warehouse above; the archive lag without a broker."""
+    monkeypatch.setattr(dashboard.health, "archive_lag_total", lambda settings, **_: ArchiveLag(LAG))
     seed_warehouse(settings)
-    return settings
 
 
 def add_users(settings: Settings) -> None:
