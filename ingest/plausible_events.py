@@ -140,6 +140,9 @@ def read_props(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | Rejection:
         return key, {}
     if not isinstance(raw, dict):
         return refusal(key, 'must be an object of properties, e.g. {"plan": "pro"}')
+    fault = undecodable_text(raw, key)  # the string form is decoded only here: its text is checked here too
+    if fault is not None:
+        return refusal(fault, NOT_UNICODE)
     props = {
         name: value
         for name, value in raw.items()

@@ -1,18 +1,38 @@
 """Bots, devices and referrers come from maintained lists: real user agents and referrers, classified.
 
-The lists: crawlerdetect and ua-parser (uap-core) for user agents, Snowplow's referer-parser
-database for referrers (``ingest/data/referers.yml``, described in ``ingest/data/README.md``).
+The lists: crawlerdetect and ua-parser (uap-core) for user agents; for referrers Matomo's
+search-engine, social and AI-assistant lists (``ingest/data/SearchEngines.yml``, ``Socials.yml``,
+``AIAssistants.yml``) and Tally's own (``ingest/data/tally-referrers.yml``: webmail, ad clicks),
+described in ``ingest/data/README.md``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
 from ingest.enrich import classify_referrer, parse_agent
-from ingest.referrers import MEDIA, REFERERS_FILE, known_referrer, parse_database
+from ingest.referrers import (
+    AI_ASSISTANTS_FILE,
+    LISTS,
+    MATOMO_FILES,
+    SEARCH_ENGINES_FILE,
+    SOCIALS_FILE,
+    TALLY_REFERRERS_FILE,
+    Entry,
+    KnownReferrer,
+    build_database,
+    host_forms,
+    known_referrer,
+    load_database,
+    read_yaml,
+    tally_entries,
+)
 
 CUBOT_NOTE_20 = (
     "Mozilla/5.0 (Linux; Android 11; CUBOT NOTE 20 PRO) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -200,7 +220,7 @@ REFERRERS = [
     ("https://duckduckgo.com/", "DuckDuckGo", "organic", "Organic Search"),
     ("https://www.qwant.com/", "Qwant", "organic", "Organic Search"),  # listed with www. only
     ("https://t.co/abc", "Twitter", "social", "Social"),
-    ("https://www.reddit.com/r/analytics/", "Reddit", "social", "Social"),
+    ("https://www.reddit.com/r/analytics/", "reddit", "social", "Social"),  # Matomo's spelling
     ("https://news.ycombinator.com/", "Hacker News", "social", "Social"),
     ("https://l.facebook.com/", "Facebook", "social", "Social"),
     ("https://www.googleadservices.com/", "Google", "paid", "Paid"),
@@ -237,19 +257,81 @@ def test_a_path_entry_of_the_database_is_matched_on_the_host_and_first_path_segm
     assert known_referrer("orange.fr", "/") is None and known_referrer("example.invalid", "/") is None
 
 
-def test_the_vendored_database_is_the_file_its_readme_describes() -> None:
-    """An update of the file must update ingest/data/README.md (version, digest) too."""
-    digest = hashlib.sha256(REFERERS_FILE.read_bytes()).hexdigest()
-    assert digest in (REFERERS_FILE.parent / "README.md").read_text(), "update ingest/data/README.md for the new file"
+def found(host: str, path: str = "/") -> tuple[str, str] | None:
+    known = known_referrer(host, path)
+    return (known.source, known.medium) if known else None
 
 
-def test_the_vendored_database_lists_every_host_once_under_known_media() -> None:
-    document = yaml.safe_load(REFERERS_FILE.read_text(encoding="utf-8"))
-    assert set(document) == set(MEDIA)
-    domains = [d for sources in document.values() for entry in sources.values() for d in entry["domains"]]
-    assert len(domains) > 2000 and len(domains) == len(set(domains))
+@pytest.mark.parametrize(
+    ("host", "path", "expected"),
+    [
+        ("www.google.de", "/", ("Google", "search")),  # google.{}
+        ("www.google.com.br", "/", ("Google", "search")),  # {} after com
+        ("www.google.co.jp", "/imgres", ("Google Images", "search")),  # google.{}/imgres
+        ("images.google.fr", "/", ("Google Images", "search")),  # images.google.{}
+        ("uk.search.yahoo.com", "/", ("Yahoo!", "search")),  # {}.search.yahoo.com
+        ("cn.bing.com", "/images/search", ("Bing Images", "search")),  # {}.bing.com/images/search
+        ("google.example", "/", None),  # {} is a country code, not any TLD
+    ],
+)
+def test_matomos_placeholder_stands_for_a_country_code_as_the_tld_or_a_label(
+    host: str, path: str, expected: tuple[str, str] | None
+) -> None:
+    assert found(host, path) == expected
 
 
-def test_a_database_of_an_unknown_medium_is_refused() -> None:
+def test_a_host_takes_the_first_list_that_names_it_or_a_domain_above_it() -> None:
+    """Tally's list, then Matomo's assistants, social networks, search engines."""
+    assert found("www.facebook.com") == ("Facebook", "social")  # a search engine too, in Matomo's list
+    assert found("www.perplexity.ai") == ("Perplexity", "chatbot")
+    assert found("x.com", "/i/grok") == ("Grok", "chatbot") and found("x.com", "/home") == ("Twitter", "social")
+    assert found("www.cnn.com") == ("CNN", "unknown")  # Google's, in Matomo's search list
+    assert found("docs.google.com") == ("Google", "unknown") and found("mail.yandex.ru") == ("Yandex Mail", "email")
+    social, search = KnownReferrer("Example", "social"), KnownReferrer("Example Search", "search")
+    database = build_database([[("example.org", social)], [("www.example.org", search), ("example.net", search)]])
+    assert database.lookup("www.example.org") == social and database.lookup("example.net") == search
+
+
+def test_a_host_is_tried_as_it_is_then_with_the_placeholder() -> None:
+    assert host_forms("www.google.co.uk") == ["www.google.co.uk", "www.google.{}", "www.google.co.{}"]
+    assert host_forms("images.uk.ask.com") == ["images.uk.ask.com", "images.{}.ask.com"]
+    assert host_forms("blog.example.org") == ["blog.example.org"] and host_forms("localhost") == ["localhost"]
+
+
+@pytest.mark.parametrize("path", MATOMO_FILES, ids=[p.name for p in MATOMO_FILES])
+def test_each_vendored_list_is_the_file_its_readme_describes(path: Path) -> None:
+    """An update of a file must update ingest/data/README.md (version, digest) too."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest in (path.parent / "README.md").read_text(), f"update ingest/data/README.md for the new {path.name}"
+
+
+@pytest.mark.parametrize(("path", "entries_of"), LISTS, ids=[p.name for p, _ in LISTS])
+def test_each_list_parses_and_names_each_host_once(path: Path, entries_of: Callable[[Any], Iterator[Entry]]) -> None:
+    entries = list(entries_of(read_yaml(path)))
+    hosts = [url.lower() for url, _ in entries]
+    assert len(hosts) == len(set(hosts)), sorted({h for h in hosts if hosts.count(h) > 1})
+    assert all(url == url.strip() and " " not in url for url in hosts)
+    minimum = {SEARCH_ENGINES_FILE: 600, SOCIALS_FILE: 200, AI_ASSISTANTS_FILE: 20, TALLY_REFERRERS_FILE: 30}
+    assert len(hosts) >= minimum[path]
+
+
+def test_tallys_list_adds_hosts_matomos_lists_lack_and_renames_none() -> None:
+    document = read_yaml(TALLY_REFERRERS_FILE)
+    assert set(document) == {"email", "paid", "unknown"}  # Matomo's lists give search, social and chatbot
+    ours = {url.lower() for url, _ in tally_entries(document)}
+    matomo = {url.lower() for path, entries_of in LISTS[1:] for url, _ in entries_of(read_yaml(path))}
+    assert not ours & matomo
+    assert TALLY_REFERRERS_FILE.read_text(encoding="utf-8").startswith("# Tally's own referrer list")
+
+
+def test_a_list_of_an_unknown_medium_is_refused() -> None:
     with pytest.raises(ValueError, match="media"):
-        parse_database({"newsletters": {"X": {"domains": ["x.example"]}}})
+        list(tally_entries({"newsletters": {"X": ["x.example"]}}))
+
+
+def test_a_broken_list_stops_ingest_at_import_naming_the_file(tmp_path: Path) -> None:
+    for path, _ in LISTS:
+        shutil.copy(path, tmp_path / path.name)
+    (tmp_path / SOCIALS_FILE.name).write_text("Facebook: facebook.com\n", encoding="utf-8")  # a name, no list
+    with pytest.raises(RuntimeError, match=r"Socials\.yml.*'Facebook' should list its URLs"):
+        load_database(tmp_path)

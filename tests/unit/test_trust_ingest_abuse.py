@@ -62,6 +62,7 @@ def at_rest(ingest: IngestApp) -> str:
         ({"n": "x", "u": f"https://{SITE}/s", "d": SITE, "p": {"k": "\ud800"}}, "p.k"),  # the review's request
         ({"n": "x", "u": f"https://{SITE}/s", "d": SITE, "p": {"\ud800": "v"}}, "p.\\ud800"),
         ({"name": "pageview", "url": f"https://{SITE}/\ud800", "domain": SITE}, "url"),
+        ({"n": "x", "u": f"https://{SITE}/s", "d": SITE, "p": '{"plan": "\\ud800"}'}, "p.plan"),  # props as JSON text
     ],
 )
 def test_text_that_is_not_unicode_anywhere_in_a_body_is_refused_naming_its_field(
