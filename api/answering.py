@@ -1,10 +1,11 @@
 """One question, answered the same way for every edge: the HTTP endpoint and the MCP server.
 
 :class:`Answering` holds what a process shares between requests (the key records, the hourly
-limit, the warm table snapshots) and takes a request through the same steps, whichever edge it
-came from: the key (:meth:`Answering.authenticate`), the key's hourly limit
-(:meth:`Answering.admit`), then the body: parsed by :mod:`query.plausible`, checked against the
-key's sites, answered by :mod:`query.engine` and shaped as Plausible's v2 response
+limit, the budget of raw questions, the warm table snapshots) and takes a request through the
+same steps, whichever edge it came from: the key (:meth:`Answering.authenticate`), the key's
+hourly limit (:meth:`Answering.admit`), then the body: parsed by :mod:`query.plausible`, checked
+against the key's sites, given a slot of the raw budget when raw events may answer it
+(:mod:`api.budget`), answered by :mod:`query.engine` and shaped as Plausible's v2 response
 (:meth:`Answering.answer`). Anything refused is a :class:`Refused` carrying the HTTP status it
 maps to, so each edge only translates it (a JSON error and a status, or an MCP tool error) and no
 rule or message is written twice.
@@ -15,12 +16,18 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
+import duckdb
+
+from api.budget import NoSlot, RawBudget
 from api.keys import ApiKey, keys_path, load_keys, verify
 from api.throttle import HourlyLimit
-from query.engine import run
+from query.engine import fits_aggregates, run
 from query.plausible import parse_site_query
+from query.raw_events import memory_limited
 from query.sources import Sources
 from query.spec import Query, QueryError
 from tally.annotations import AnnotationError, add_annotation, annotations_for, load_annotations
@@ -33,7 +40,8 @@ log = logging.getLogger("tally.api")
 class Refused(Exception):
     """A request Tally will not answer: the HTTP status it maps to, the message, the part at fault.
 
-    ``retry_after`` (seconds) is set for a 429, the wait until the key's next hour begins.
+    ``retry_after`` (seconds) is set for a 429 (the wait until the key's next hour begins, or for
+    one of the key's raw questions to end) and for a 503 of the raw budget.
     """
 
     def __init__(self, status: int, message: str, *, part: str = "", retry_after: int = 0) -> None:
@@ -72,12 +80,16 @@ class Keys:
 
 
 class Answering:
-    """The key records, the hourly limit and the reports of one process, and the steps of a question."""
+    """The key records, the hourly limit, the raw budget and the reports of one process, and the
+    steps of a question."""
 
     def __init__(self, settings: Settings, *, sources: Sources | None = None) -> None:
         self.settings = settings
         self.keys = Keys(settings)
         self.limit = HourlyLimit(settings.api.requests_per_hour)
+        api = settings.api
+        self.budget = RawBudget(slots=api.raw_slots, per_key=api.raw_slots_per_key, wait_seconds=api.raw_wait_seconds)
+        self.slot_memory = f"{api.raw_slot_memory_bytes >> 20}MiB"  # DuckDB's memory_limit of a raw question
         self.sources = sources or Sources(settings)
 
     def authenticate(self, presented: str) -> ApiKey | None:
@@ -102,9 +114,10 @@ class Answering:
     def answer(self, key: ApiKey, body: Any) -> dict[str, Any]:
         """The v2 response (``results``, ``meta``, ``query``) to a decoded request body.
 
-        Blocking (it reads tables): the HTTP edge calls it in a worker thread. Raises
-        :class:`Refused`: 400 a body Tally cannot answer (naming the part) or an unknown site,
-        403 a site the key may not read.
+        Blocking (it reads tables, and may wait up to ``api.raw_wait_seconds`` for a slot of the raw
+        budget): the HTTP edge calls it in a worker thread. Raises :class:`Refused`: 400 a body
+        Tally cannot answer (naming the part) or an unknown site, 403 a site the key may not read,
+        429 a raw question past the key's share of the budget, 503 one past the whole budget.
         """
         # The key's scope before anything else is read: for a site outside it, every body gets the
         # same 403, so a key for site A learns nothing of whether B exists or of B's time zone.
@@ -118,9 +131,13 @@ class Answering:
         if self.settings.site(query.site_id) is None:
             raise Refused(400, f"site {query.site_id!r} is not configured in Tally")
         try:
-            answer = run(query, self.sources)
+            with self._raw_slot(key, query):
+                answer = run(query, self.sources)
         except QueryError as e:
             raise Refused(400, str(e), part=e.part) from e
+        except duckdb.OutOfMemoryException as e:  # past its slot's memory where the engine does not say so itself
+            message = f"this question needs more than {self.slot_memory} of memory: narrow the range or the dimensions"
+            raise Refused(400, message, part="body") from e
         if any(name.startswith("time") for name in query.dimensions):  # notes on the days of a time series
             notes = annotations_for(self.settings, query.site_id, query.start, query.end)
             answer.meta["annotations"] = [{"date": a.day.isoformat(), "text": a.text} for a in notes]
@@ -129,6 +146,37 @@ class Answering:
             extra=kv(key=key.key_id, site=query.site_id, rows=len(answer.results), source=answer.meta["source"]),
         )
         return {"results": answer.results, "meta": answer.meta, "query": echo(query, body)}
+
+    @contextmanager
+    def _raw_slot(self, key: ApiKey, query: Query) -> Iterator[None]:
+        """While the block runs, a slot of the raw budget for a question raw events may answer (none
+        for one the views answer), its memory the limit of the DuckDB the question opens; given
+        back however the block ends. :class:`Refused` 429 or 503 if no slot comes free within
+        ``api.raw_wait_seconds``."""
+        with ExitStack() as held:
+            if may_read_raw(query):
+                try:
+                    held.enter_context(self.budget.hold(key.key_id))
+                except NoSlot as e:
+                    raise self._busy(key, e) from e
+                held.enter_context(memory_limited(self.slot_memory))
+            yield
+
+    def _busy(self, key: ApiKey, full: NoSlot) -> Refused:
+        """The refusal of a raw question no slot came free for: 429 when the key's own questions
+        hold its share, 503 when every slot of the process is held."""
+        log.info(
+            "raw question refused",
+            extra=kv(key=key.key_id, key_share=full.key_share, held=self.budget.held(), waiting=self.budget.waiting()),
+        )
+        if full.key_share:
+            message = (
+                f"this key already has {full.per_key} questions answered from raw events running"
+                " (api.raw_slots_per_key); retry when one has been answered"
+            )
+            return Refused(429, message, retry_after=full.retry_after)
+        message = f"all {full.slots} slots for questions answered from raw events are busy (api.raw_slots)"
+        return Refused(503, message + "; retry shortly", retry_after=full.retry_after)
 
     def annotations(self, key: ApiKey, site_id: str) -> list[dict[str, str]]:
         """The annotations of a site the key may read (403 otherwise)."""
@@ -172,6 +220,13 @@ class Answering:
     def readable_sites(self, key: ApiKey) -> list[SiteSettings]:
         """The configured sites this key may read, in the configuration's order."""
         return [site for site in self.settings.sites if key.may_read(site.site_id)]
+
+
+def may_read_raw(query: Query) -> bool:
+    """Whether raw events may answer ``query``: any the views do not fit, and any filtered one (a
+    filter on the breakdown's own dimension is answered from raw events when the view's list of
+    values was cut at the limit: :func:`query.engine.run`)."""
+    return bool(query.filters) or not fits_aggregates(query)
 
 
 def echo(query: Query, body: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,8 @@ the sites it was created for and is limited to ``api.requests_per_hour``. The bo
 :class:`api.answering.Answering`, which the MCP server (:mod:`api.mcp_server`) shares. Errors are JSON
 ``{"error": …}`` with the status that says who must act: 400 a query Tally cannot answer (naming
 the part), 401 no or a bad key, 403 a site the key may not read, 413 a body too large, 429 over
-the key's hourly limit (with ``Retry-After``).
+the key's hourly limit or its share of the raw budget, 503 every slot of the raw budget held
+(both with ``Retry-After``; :mod:`api.budget`).
 """
 
 from __future__ import annotations

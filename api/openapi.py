@@ -154,7 +154,8 @@ def openapi_spec() -> dict[str, Any]:
                         "401": _error("No API key, or an unknown or revoked one"),
                         "403": _error("The key may not read this site"),
                         "413": _error("The body is too large"),
-                        "429": _error("Over the key's hourly limit; see Retry-After"),
+                        "429": _error("Over the key's hourly limit, or its share of raw questions; see Retry-After"),
+                        "503": _error("Every raw-question slot of this process is busy; see Retry-After"),
                     },
                 }
             },

@@ -17,6 +17,7 @@ import sys
 
 from bench import (
     api,
+    api_budget,
     archiver,
     backfill,
     dashboard,
@@ -167,6 +168,18 @@ BENCHMARKS.append(
         " reads both periods at once), pages and sources (a filter on the breakdown's own dimension is answered"
         " from the aggregates), the plan property of signups (agg.props_1d), and a country filter answered"
         " exactly from raw events with visits sessionised.",
+    )
+)
+BENCHMARKS.append(
+    Benchmark(
+        "api-budget",
+        "Stats API under one key's heavy raw questions: a second key's latency with the raw budget, side by side"
+        " with it disabled",
+        api_budget.measure,
+        f"{PY} bench.api_budget",
+        runs=1,
+        variants=api_budget.VARIANTS,
+        note=api_budget.NOTE,
     )
 )
 BENCHMARKS.append(

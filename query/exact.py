@@ -32,7 +32,7 @@ import pyarrow.dataset as ds
 
 from query.aggregates import Range
 from query.goals import Step
-from query.raw_events import COLUMNS, MEMORY_LIMIT, VISIT_ATTRIBUTES, Interval, open_events, visits_sql, within
+from query.raw_events import COLUMNS, VISIT_ATTRIBUTES, Interval, memory_limit, open_events, visits_sql, within
 from query.scan_cache import prepared_scan
 from query.site_time import UTC, is_utc
 from query.spec import (
@@ -131,7 +131,7 @@ class ExactQuery:
         except duckdb.OutOfMemoryException as e:
             raise QueryError(
                 "body",
-                f"this question needs more than {MEMORY_LIMIT} of memory: narrow the range or the dimensions",
+                f"this question needs more than {memory_limit()} of memory: narrow the range or the dimensions",
             ) from e
 
     def _goals(self, con: duckdb.DuckDBPyConnection, query: Query) -> tuple[Step, ...]:

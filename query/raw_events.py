@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import duckdb
@@ -29,7 +33,11 @@ from query.aggregates import Range
 from tally.dimensions import AUDIENCE_DIMENSIONS
 from tally.vitals import SCROLL_DEPTH_COLUMN, VITALS
 
-MEMORY_LIMIT = "2GB"  # per question answered from raw events
+MEMORY_LIMIT = "2GB"  # per question answered from raw events, unless a budget's slot says otherwise
+# The memory limit of the raw connections a question opens: a budget's slot sets it for the question
+# (api.budget: the API's raw questions share api.raw_memory); the dashboard's keep MEMORY_LIMIT.
+_MEMORY_LIMIT: ContextVar[str] = ContextVar("tally_raw_memory_limit", default=MEMORY_LIMIT)
+_CONNECTIONS = itertools.count()  # numbers each raw connection's spill directory (connection_spill_dir)
 # What a visit takes from its first event (the visit dimensions besides entry and exit page).
 VISIT_ATTRIBUTES = (*AUDIENCE_DIMENSIONS, "referrer", "utm_source", "utm_medium", "utm_content", "utm_term")
 # The columns an exact question reads; a prepared scan also answers Core Web Vitals.
@@ -78,6 +86,22 @@ def _duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> list[str
     return [str(kind) for kind in con.from_arrow(schema.empty_table()).types]
 
 
+@contextmanager
+def memory_limited(limit: str) -> Iterator[None]:
+    """Raw connections opened inside the block (in this thread or task, and the worker threads it
+    starts with the context copied) get DuckDB's ``memory_limit`` ``limit`` instead of :data:`MEMORY_LIMIT`."""
+    token = _MEMORY_LIMIT.set(limit)
+    try:
+        yield
+    finally:
+        _MEMORY_LIMIT.reset(token)
+
+
+def memory_limit() -> str:
+    """The memory limit of a raw connection opened here now (:func:`memory_limited`, else :data:`MEMORY_LIMIT`)."""
+    return _MEMORY_LIMIT.get()
+
+
 def open_events(
     raw: ds.Dataset, site_id: str, days: Range, columns: str, con: duckdb.DuckDBPyConnection | None = None
 ) -> duckdb.DuckDBPyConnection:
@@ -87,7 +111,8 @@ def open_events(
     if con is None:
         # Bounded, so that one question cannot take the machine: past the limit DuckDB spills to
         # disk or fails the query (a 400 the engine reports), never the process.
-        con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "threads": 2, "temp_directory": str(spill_dir())})
+        spill = str(connection_spill_dir())
+        con = duckdb.connect(config={"memory_limit": memory_limit(), "threads": 2, "temp_directory": spill})
     con.register("raw", raw)  # the way in when the files are not local
     # A view cannot take prepared parameters: the site is a configured id and the dates are
     # dates, quoted as SQL literals here.
@@ -113,13 +138,24 @@ SPILL_PREFIX = "tally-duckdb-"  # + the process id: the directory DuckDB spills 
 
 
 def spill_dir() -> Path:
-    """Where this process's DuckDB spills what passes its memory limit: a directory of the process's
+    """Where this process's DuckDBs spill what passes their memory limit: a directory of the process's
     own in the system's temporary directory (DuckDB's default, ``.tmp`` in the working directory,
-    would be the project's checkout), which DuckDB makes when it first spills and empties on close.
+    would be the project's checkout), holding one of each connection's own (:func:`connection_spill_dir`).
     The first call in a process removes the directories of processes no longer running (one killed
     while spilling leaves its files: gigabytes for a large range)."""
     sweep_spills()
     return Path(tempfile.gettempdir()) / f"{SPILL_PREFIX}{os.getpid()}"
+
+
+def connection_spill_dir() -> Path:
+    """A directory of one connection's own inside the process's (:func:`spill_dir`), which DuckDB
+    makes when the connection first spills and removes when it closes. Two DuckDBs of one process
+    spilling into the same directory write over each other's files: two 400-day questions at 150 MB
+    each crashed the process (a segmentation fault); each in a directory of its own, they ran to their
+    end (an answer, or DuckDB's out-of-memory error)."""
+    process = spill_dir()
+    process.mkdir(mode=0o700, exist_ok=True)  # DuckDB makes only the last directory of the path
+    return process / str(next(_CONNECTIONS))
 
 
 @functools.cache

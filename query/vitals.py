@@ -31,7 +31,7 @@ import pyarrow.dataset as ds
 
 from query.aggregates import Aggregates, Range
 from query.exact import event_condition
-from query.raw_events import MEMORY_LIMIT, VISIT_ATTRIBUTES, open_events, within
+from query.raw_events import VISIT_ATTRIBUTES, memory_limit, open_events, within
 from query.report import VitalsReport
 from query.scan_cache import prepared_scan
 from query.site_time import LocalDays, is_utc
@@ -250,7 +250,7 @@ class ExactVitals:
                 raise QueryError("filters", f"a filter's regular expression is not valid: {e}") from e
             except duckdb.OutOfMemoryException as e:
                 raise QueryError(
-                    "body", f"this question needs more than {MEMORY_LIMIT} of memory: narrow the range"
+                    "body", f"this question needs more than {memory_limit()} of memory: narrow the range"
                 ) from e
             names = [d[0] for d in con.description or []]
         return [_exact_figures(dict(zip(names, record, strict=True))) for record in frame]

@@ -477,6 +477,12 @@ class QualitySettings:
     audit_read_timeout_seconds: float = 300.0  # give up reading the topic after this long
 
 
+# A raw question's DuckDB needs room to work in: at 100 MB a 400-day question over 1M events failed
+# out of memory, at 256 MB it finished (spilling, 2.4 times as long as at 2 GB).
+MIN_RAW_SLOT_MEMORY = 256 << 20
+MAX_RAW_WAIT_SECONDS = 30  # a request held longer holds one of the server's threads as long
+
+
 @dataclass(frozen=True)
 class ApiSettings:
     """The Stats API (``POST /api/v2/query``, Plausible v2 compatible): docs/API.md."""
@@ -485,12 +491,42 @@ class ApiSettings:
     port: int = 8796
     requests_per_hour: int = 600  # per API key, as Plausible's default; past it: 429 with Retry-After
     max_body_bytes: int = 65536
+    # Questions answered from raw events (not the views) at once in one API or `tally mcp` process:
+    # at most raw_slots, sharing raw_memory (each one's DuckDB may take raw_memory / raw_slots), at
+    # most raw_slots_per_key of them one key's. A question waits up to raw_wait_seconds for a slot,
+    # then is refused with Retry-After: 429 when its key's share is taken, 503 when every slot is.
+    raw_slots: int = 4
+    raw_slots_per_key: int = 2
+    raw_memory: str = "4g"
+    raw_wait_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         if not 0 < self.port <= 65535:
             raise SettingsError(f"api.port: {self.port} must be a port number")
         if self.requests_per_hour < 1:
             raise SettingsError(f"api.requests_per_hour: {self.requests_per_hour} must be at least 1")
+        if self.raw_slots < 1:
+            raise SettingsError(f"api.raw_slots: {self.raw_slots} must be at least 1")
+        if not 1 <= self.raw_slots_per_key <= self.raw_slots:
+            raise SettingsError(
+                f"api.raw_slots_per_key: {self.raw_slots_per_key} must be between 1 and"
+                f" api.raw_slots ({self.raw_slots})"
+            )
+        if self.raw_slot_memory_bytes < MIN_RAW_SLOT_MEMORY:
+            raise SettingsError(
+                f"api.raw_memory: {self.raw_memory!r} over {self.raw_slots} slots is"
+                f" {self.raw_slot_memory_bytes >> 20} MiB a question; give each at least"
+                f" {MIN_RAW_SLOT_MEMORY >> 20}m (raise api.raw_memory or lower api.raw_slots)"
+            )
+        if not 0 <= self.raw_wait_seconds <= MAX_RAW_WAIT_SECONDS:
+            raise SettingsError(
+                f"api.raw_wait_seconds: {self.raw_wait_seconds} must be between 0 and {MAX_RAW_WAIT_SECONDS} (seconds)"
+            )
+
+    @property
+    def raw_slot_memory_bytes(self) -> int:
+        """What one raw question's DuckDB may take: ``raw_memory`` shared by the ``raw_slots``."""
+        return jvm_size_bytes(self.raw_memory, "api.raw_memory") // self.raw_slots
 
 
 @dataclass(frozen=True)

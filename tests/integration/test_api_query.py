@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import uvicorn
 from deltalake import DeltaTable
 
 from api.app import create_app
+from api.budget import RawBudget
 from api.keys import create_key, revoke_key
 from ops.stack import free_ports
 from query.aggregates import Range
@@ -48,12 +50,13 @@ def api(march: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     raw = DeltaTable(iso.table_uri("raw.pageviews")).to_pandas()
     raw = raw[(raw["site_id"] == SITE) & ~raw["is_bot"]]
     now = dt.datetime.now(dt.UTC)
-    key, _ = create_key(iso, name="reports", sites=(SITE,), now=now)
+    key, reports = create_key(iso, name="reports", sites=(SITE,), now=now)
     other_key, _ = create_key(iso, name="other site", sites=(OTHER,), now=now)
     fuzz_key, _ = create_key(iso, name="fuzzer", sites=("*",), now=now)
     revoked, record = create_key(iso, name="old", sites=("*",), now=now)
     revoke_key(iso, record.key_id, now=now)
-    server = uvicorn.Server(uvicorn.Config(create_app(iso), host="127.0.0.1", port=port, log_level="warning"))
+    app = create_app(iso)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -66,6 +69,8 @@ def api(march: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
         yield {
             "url": f"http://127.0.0.1:{port}/api/v2/query",
             "key": key,
+            "key_id": reports.key_id,
+            "budget": app.state.answering.budget,  # the server's budget of raw questions
             "other_key": other_key,
             "fuzz_key": fuzz_key,
             "revoked": revoked,
@@ -455,6 +460,25 @@ def test_keys_are_checked_before_anything_is_read(api: dict[str, Any]) -> None:
         api["url"], content=b"{not json", headers={"Authorization": f"Bearer {api['key']}"}, timeout=30
     )
     assert garbage.status_code == 400 and garbage.json()["error"] == "the request body is not valid JSON"
+
+
+def test_a_key_at_its_share_of_raw_questions_gets_429_while_another_keys_is_answered_from_raw_events(
+    api: dict[str, Any],
+) -> None:
+    budget: RawBudget = api["budget"]
+    filtered = {"metrics": ["visitors", "pageviews"], "filters": [["is", "visit:country", ["DE"]]]}
+    with ExitStack() as running:
+        for _ in range(budget.per_key):  # the reports key's questions, as if they were running
+            running.enter_context(budget.hold(api["key_id"]))
+        refused = ask(api, filtered)  # after waiting api.raw_wait_seconds for a slot of its key's
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) > 0, refused.text
+        assert "api.raw_slots_per_key" in refused.json()["error"]
+        other = ask(api, filtered, api["fuzz_key"])
+        assert other.status_code == 200 and other.json()["meta"]["source"] == "raw", other.text
+        views = ask(api, {"metrics": ["pageviews"]})
+        assert views.status_code == 200 and views.json()["meta"]["source"] == "aggregates", "no slot needed"
+    again = ask(api, filtered)
+    assert again.status_code == 200 and again.json()["results"] == other.json()["results"]
 
 
 def test_schemathesis_finds_no_server_error(api: dict[str, Any], tmp_path: Path) -> None:
