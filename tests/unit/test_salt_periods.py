@@ -18,7 +18,7 @@ from ingest.salts import DAY_MS, SaltStore
 from tally.salt_periods import period_key, period_of, visitors_meaning
 from tally.schema import PageViewEvent
 from tally.settings import Settings, SettingsError, SiteSettings
-from tests.unit.test_pipeline import MemoryStore
+from tests.support.stores import MemoryStore
 
 MONDAY = dt.date(2026, 11, 23)
 
