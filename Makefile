@@ -3,11 +3,11 @@
 
 VENV_STAMP := .venv/.installed-stamp
 
-$(VENV_STAMP): pyproject.toml constraints.txt scripts/setup-python.sh
+$(VENV_STAMP): pyproject.toml constraints.txt requirements.lock scripts/setup-python.sh
 	bash scripts/setup-python.sh
 	touch $@
 
-## setup: venv + pinned pip packages + Kafka/Spark jars from Maven Central
+## setup: venv + pinned Python packages (uv from requirements.lock; TALLY_PIP=1: pip) + Kafka/Spark jars from Maven Central
 setup: $(VENV_STAMP)
 	.venv/bin/tally setup
 
