@@ -8,7 +8,10 @@ must never be lost. Client addresses come from a small, known set of documentati
 ``X-Forwarded-For`` (ingest trusts it from loopback), so the leak scan can look for them. Some
 page URLs and referrers carry planted secrets (``tests.faults.payloads.PLANTED``: an e-mail
 address and a token, in the query, the fragment and ``user:password@``) that ingest must not keep,
-so the leak scan looks for those too.
+so the leak scan looks for those too; so do Plausible bodies naming another configured site and an
+unknown domain (``d: "<site>,unknown.example"``: one event stored, the unknown domain's refusal a
+dead letter), which carry no event id and are sent to the second site so the reconciliation of the
+audited one is not touched.
 
 Every ``resend_every``-th accepted event is sent once more, as a browser does when the answer to
 a request that was in fact stored got lost: each run has events that reach Kafka twice.
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from tests.faults.payloads import referrer_with_secrets, url_with_secrets
+from tests.faults.payloads import plausible_event_with_secrets, referrer_with_secrets, url_with_secrets
 
 # TEST-NET-2 addresses (RFC 5737). Their packed bytes (C6 33 64 xx) hardly occur in text or
 # in the small integers of binary formats, which keeps chance matches of the packed form rare.
@@ -41,6 +44,7 @@ class LoadReport:
     failed_attempts: int = 0  # requests that failed and were sent again
     resent: int = 0  # accepted events sent once more on purpose
     refused: list[tuple[int, str]] = field(default_factory=list)  # 4xx answers (none expected)
+    plausible_accepted: int = 0  # Plausible bodies answered 202 (ingest gives their events ids of its own)
     given_up: list[str] = field(default_factory=list)  # event_ids never accepted within RETRY_FOR_S
     client_ips: set[str] = field(default_factory=set)
 
@@ -52,9 +56,12 @@ class LoadReport:
 class SteadyLoad:
     """Sends ``rate`` events/s to ingest from a background thread until :meth:`stop`."""
 
-    def __init__(self, ingest_url: str, site: str, *, rate: float = 40.0, resend_every: int = 50) -> None:
+    def __init__(
+        self, ingest_url: str, site: str, *, rate: float = 40.0, resend_every: int = 50, other_site: str = ""
+    ) -> None:
         self.url = ingest_url + "/api/event"
         self.site = site
+        self.other_site = other_site  # when set, some bodies are Plausible's, naming it and an unknown domain
         self.rate = rate
         self.resend_every = resend_every
         self.report = LoadReport()
@@ -97,6 +104,8 @@ class SteadyLoad:
             body["r"] = "https://www.google.com/search?q=tally"
         elif i % 5 == 1:  # secrets in the URL and referrer, which must not be stored (payloads.PLANTED)
             body.update(u=url_with_secrets(self.site, f"/faults/p{i % 25}"), r=referrer_with_secrets())
+        elif i % 5 == 3 and self.other_site:  # and in a Plausible body with a configured and an unknown domain
+            body = plausible_event_with_secrets(self.other_site, f"/faults/p{i % 25}")
         ip = CLIENT_IPS[i % len(CLIENT_IPS)]
         headers = {
             "Content-Type": "text/plain",
@@ -106,9 +115,9 @@ class SteadyLoad:
         return body, headers
 
     def _send(self, client: httpx.Client, body: dict[str, object], headers: dict[str, str]) -> None:
-        """Send one event until ingest answers it; record the answer."""
+        """Send one event until ingest answers it; record the answer (a Plausible body's apart: it has no id)."""
         content = json.dumps(body)
-        event_id, kind = str(body["id"]), str(body.get("k", "pageview"))
+        event_id, kind = str(body.get("id", "")), str(body.get("k", "pageview"))
         deadline = time.monotonic() + RETRY_FOR_S
         while True:
             try:
@@ -117,16 +126,19 @@ class SteadyLoad:
                 status = 0
             with self._lock:
                 self.report.client_ips.add(headers["X-Forwarded-For"])
+                if status == 202 and not event_id:
+                    self.report.plausible_accepted += 1
+                    return
                 if status == 202:
                     self.report.accepted[event_id] = kind
                     return
                 if 400 <= status < 500:
-                    self.report.refused.append((status, event_id))
+                    self.report.refused.append((status, event_id or "a Plausible body"))
                     return
                 self.report.failed_attempts += 1
             if time.monotonic() > deadline:
                 with self._lock:
-                    self.report.given_up.append(event_id)
+                    self.report.given_up.append(event_id or "a Plausible body")
                 return
             time.sleep(0.2)
 

@@ -56,6 +56,11 @@ class FaultStack:
         return self.settings.sites[0].site_id
 
     @property
+    def other_site(self) -> str:
+        """conf/test.yaml's second site: not the one the fault tests reconcile."""
+        return self.settings.sites[1].site_id
+
+    @property
     def ingest_url(self) -> str:
         return f"http://127.0.0.1:{self.settings.ingest.port}"
 

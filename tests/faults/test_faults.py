@@ -4,7 +4,8 @@ Every test runs a private stack (broker, ingest with two workers, archiver, stre
 sends steady load over HTTP (failed requests retried with the same event_id), does its fault,
 then drains and compares the accepted events with Kafka, raw and the views, runs
 ``tally audit`` (exit 0), and searches every byte at rest for the client IPs and for the secrets
-the load planted in URLs and referrers (0 found).
+the load planted in URLs and referrers (0 found), Plausible bodies naming a configured and an
+unknown domain among them.
 The short versions run in CI; the full-length ones are marked ``long`` (``make test-faults``).
 """
 
@@ -52,9 +53,10 @@ def finish(stack: FaultStack, load: SteadyLoad, timing: Timing) -> tuple[set[str
     result = reconcile(stack, report)
     print(
         f"\nreconciliation: {result.summary()}; {report.failed_attempts} failed requests retried, "
-        f"{report.resent} accepted events sent again"
+        f"{report.resent} accepted events sent again, {report.plausible_accepted} Plausible bodies accepted"
     )
     assert_nothing_lost_or_doubled(result, report)
+    assert report.plausible_accepted > 0, "no Plausible body with a configured and an unknown domain was accepted"
     scan = ScanResult()
     scan_kafka(stack.settings.kafka.servers, report.client_ips, scan, needles=Needles.of(PLANTED))
     return report.client_ips, scan
@@ -166,7 +168,10 @@ def test_every_fault_in_turn_under_steady_load_loses_and_doubles_nothing(tmp_pat
     has committed its first micro-batch, and the views job is killed last, once the broker is back.
     """
     timing = SHORT
-    with fault_stack(tmp_path / "home", ingest_workers=2) as stack, SteadyLoad(stack.ingest_url, stack.site) as load:
+    with (
+        fault_stack(tmp_path / "home", ingest_workers=2) as stack,
+        SteadyLoad(stack.ingest_url, stack.site, other_site=stack.other_site) as load,
+    ):
         time.sleep(timing.before)
         kill_the_archiver_three_times(stack, load, timing)
         kill_one_ingest_worker(stack, load, timing)
@@ -185,7 +190,10 @@ def test_every_fault_in_turn_under_steady_load_loses_and_doubles_nothing(tmp_pat
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_each_fault_alone_at_full_length_loses_and_doubles_nothing(tmp_path: Path, fault: str) -> None:
     timing = LONG
-    with fault_stack(tmp_path / "home", ingest_workers=2) as stack, SteadyLoad(stack.ingest_url, stack.site) as load:
+    with (
+        fault_stack(tmp_path / "home", ingest_workers=2) as stack,
+        SteadyLoad(stack.ingest_url, stack.site, other_site=stack.other_site) as load,
+    ):
         time.sleep(timing.before)
         FAULTS[fault](stack, load, timing)
         time.sleep(timing.after)
