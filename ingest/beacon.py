@@ -379,7 +379,9 @@ def parse_item_by_item(body: bytes, *, max_batch: int) -> ParsedBody | Rejection
             error = {"field": where, "error": "expected a JSON object"}
             parsed.invalid.append((item, Rejection(422, "invalid_event", "not an event object", (error,))))
             continue
-        fault = undecodable_text(item, f"[{i}]" if is_batch else "")
+        # Only the fields a beacon has: others are ignored, as the fast path ignores them.
+        known = {key: value for key, value in item.items() if key in BeaconSchema.model_fields}
+        fault = undecodable_text(known, f"[{i}]" if is_batch else "")
         if fault is not None:
             error = {"field": fault, "error": NOT_UNICODE}
             parsed.invalid.append((item, Rejection(422, "invalid_event", f"{fault}: {NOT_UNICODE}", (error,))))
