@@ -174,12 +174,13 @@ def _raw_ids(settings: Settings, site: str) -> Counter[str]:
     return Counter(ids.column("event_id").to_pylist())
 
 
-def _spooling(stack: Replicated) -> tuple[float, float]:
-    """Events ingest has spooled so far, and its turns to the spool on an ack timeout."""
+def _spooling(stack: Replicated) -> tuple[float, float, float]:
+    """Events ingest has spooled so far, and its turns to the spool on an ack timeout and on a refusal."""
     port = stack.settings.ingest.metrics_port
     return (
         ingest_counter(port, 'tally_ingest_stored_total{store="spool"}'),
         ingest_counter(port, 'tally_ingest_spooling_total{reason="ack_timeout"}'),
+        ingest_counter(port, 'tally_ingest_spooling_total{reason="unavailable"}'),
     )
 
 
@@ -190,7 +191,7 @@ def _kill_a_leader_under_load(stack: Replicated, phases: Phases) -> None:
         time.sleep(phases.before)
         victim = stack.cluster.leader(k.pageviews_topic, 0)
         raw_at_kill = sum(_raw_ids(stack.settings, stack.site).values())
-        spooled_before, timeouts_before = _spooling(stack)
+        before_kill = _spooling(stack)
         killed_at = time.time()
         stack.cluster.kill9(victim)
         # The controller declares the victim dead only after its session timeout (and first elects a
@@ -206,20 +207,20 @@ def _kill_a_leader_under_load(stack: Replicated, phases: Phases) -> None:
     refused = Counter(a.status for a in answers if a.status != 202)
     assert not refused, f"not every beacon was accepted: {dict(refused)} (status: count; 0 = no answer)"
     # A request that stopped waiting at ingest.ack_timeout_ms is counted as reason "ack_timeout";
-    # one whose records Kafka failed to deliver (its 5 s delivery timeout) as "unavailable". The
+    # one whose records Kafka refused or failed to deliver as "unavailable". Which one a kill -9
+    # brings depends on whether the producer notices the closed socket before the timeout (CI saw
+    # both), so either counts as a turn; a request waiting out the election would be neither. The
     # latency is printed, not asserted: tests check behaviour, not wall-clock time (three brokers,
     # ingest and the archiver share 2 cores).
-    spooled, timeouts = (
-        after - before for after, before in zip(_spooling(stack), (spooled_before, timeouts_before), strict=True)
-    )
+    spooled, timeouts, refusals = (after - before for after, before in zip(_spooling(stack), before_kill, strict=True))
     worst = p99([a.latency_s for a in during])
     election = elected_at - killed_at
     print(
         f"\nleader election {election:.1f} s: {len(during)} beacons, all 202, p99 {worst * 1000:.0f} ms "
         f"(ingest.ack_timeout_ms {ACK_TIMEOUT_MS}); since the kill {spooled:.0f} events spooled by ingest, "
-        f"turns to the spool on an ack timeout: {timeouts:.0f}"
+        f"turns to the spool on an ack timeout: {timeouts:.0f}, on Kafka refusing: {refusals:.0f}"
     )
-    assert spooled > 0 and timeouts > 0, "ingest did not stop waiting for Kafka at ingest.ack_timeout_ms after the kill"
+    assert spooled > 0 and timeouts + refusals > 0, "ingest did not turn to its spool after the kill"
 
     accepted = set(load.answers)
     wait_for(lambda: accepted <= set(_raw_ids(stack.settings, stack.site)), 180, "the archiver to catch up")
