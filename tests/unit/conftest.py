@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,26 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def settings(home: Path) -> Settings:
     """The settings of a test run: conf/ as CI has it, in the test's own home (:func:`home`)."""
     return load_settings()
+
+
+@pytest.fixture
+def conf_file(home: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Settings]:
+    """Settings from a conf/tally.yaml of the test's own, alone: ``conf_file(text)`` writes ``text``
+    to conf/tally.yaml in the test's home (:func:`home`), points ``TALLY_CONF_DIR`` there and loads
+    it. ``TALLY_ENV`` is unset, as in production, so no conf/test.yaml lowers a default. Code that
+    loads the settings itself (the CLI, a dashboard page) reads the same file; a second call
+    replaces it. For a test that needs a conf of its own (users, sites) rather than conf/ as CI has
+    it with a few ``TALLY_<SECTION>__<KEY>`` variables (:func:`settings`)."""
+    conf = home / "conf"
+    monkeypatch.setenv("TALLY_CONF_DIR", str(conf))
+    monkeypatch.delenv("TALLY_ENV")
+
+    def write(text: str) -> Settings:
+        conf.mkdir(exist_ok=True)
+        (conf / "tally.yaml").write_text(text)
+        return load_settings()
+
+    return write
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 from api.budget import RETRY_AFTER_S, NoSlot, RawBudget
 from query import raw_events
 from query.aggregates import Range
-from query.raw_events import COLUMNS, memory_limit, memory_limited, open_events
+from query.raw_events import COLUMNS, memory_limit, open_events, slot_limited
 from tally.settings import ApiSettings, SettingsError
 
 SITE = "a.example"
@@ -133,7 +133,8 @@ def test_a_wait_that_ends_without_a_slot_is_a_refusal() -> None:
 
 def test_budget_settings_that_cannot_work_are_refused_naming_the_key() -> None:
     base = ApiSettings()
-    assert (base.raw_slots, base.raw_slots_per_key, base.raw_memory, base.raw_wait_seconds) == (4, 2, "4g", 2.0)
+    defaults = (base.raw_slots, base.raw_slots_per_key, base.raw_threads, base.raw_memory, base.raw_wait_seconds)
+    assert defaults == (4, 1, 1, "4g", 2.0)
     assert base.raw_slot_memory_bytes == 1 << 30
     for changes, key in (
         ({"raw_slots": 0}, "api.raw_slots"),
@@ -141,6 +142,8 @@ def test_budget_settings_that_cannot_work_are_refused_naming_the_key() -> None:
         ({"raw_slots_per_key": 5}, "api.raw_slots_per_key"),
         ({"raw_memory": "4GB"}, "api.raw_memory"),
         ({"raw_memory": "1g", "raw_slots": 8}, "api.raw_memory"),
+        ({"raw_threads": 0}, "api.raw_threads"),
+        ({"raw_threads": 65}, "api.raw_threads"),
         ({"raw_wait_seconds": -1.0}, "api.raw_wait_seconds"),
         ({"raw_wait_seconds": 31.0}, "api.raw_wait_seconds"),
     ):
@@ -148,22 +151,23 @@ def test_budget_settings_that_cannot_work_are_refused_naming_the_key() -> None:
             dataclasses.replace(base, **changes)
 
 
-def test_a_raw_connection_gets_its_slots_memory_and_a_spill_directory_of_its_own(
+def test_a_raw_connection_gets_its_slots_memory_and_threads_and_a_spill_directory_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     day = dt.date(2026, 3, 1)
     columns = {"site_id": pa.array([], pa.string()), "event_date": pa.array([], pa.date32())}
     events = ds.dataset(pa.table({**columns, "is_bot": pa.array([], pa.bool_())}))
-    asked = "SELECT current_setting('memory_limit'), current_setting('temp_directory')"
+    asked = "SELECT current_setting('memory_limit'), current_setting('temp_directory'), current_setting('threads')"
     assert memory_limit() == raw_events.MEMORY_LIMIT, "outside a slot: the dashboard's limit"
     with (
-        memory_limited("512MiB"),
+        slot_limited("512MiB", 1),
         open_events(events, SITE, Range(day, day), COLUMNS) as one,
         open_events(events, SITE, Range(day, day), COLUMNS) as two,
     ):
         found = [con.execute(asked).fetchone() for con in (one, two)]
     assert memory_limit() == raw_events.MEMORY_LIMIT, "the slot's limit ends with the block"
     assert [row[0] for row in found if row] == ["512.0 MiB"] * 2
+    assert [row[2] for row in found if row] == [1] * 2, "the slot's threads"
     spills = [Path(row[1]) for row in found if row]
     assert spills[0] != spills[1] and {d.parent for d in spills} == {raw_events.spill_dir()}

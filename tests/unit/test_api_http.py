@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import threading
-from pathlib import Path
 
 import duckdb
 import pytest
@@ -17,18 +16,17 @@ from api.app import create_app
 from api.keys import create_key
 from query.engine import Answer
 from query.spec import Query
-from tally.settings import Settings, load_settings
+from tally.settings import Settings
 
 SITE = "demo.tally.local"
 QUERY = {"site_id": SITE, "metrics": ["pageviews"], "date_range": "7d"}
 
 
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_ENV", "test")
-    loaded = load_settings()
-    return dataclasses.replace(loaded, api=dataclasses.replace(loaded.api, requests_per_hour=2, max_body_bytes=2048))
+@pytest.fixture(autouse=True)
+def small_api_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two requests an hour per key and bodies of 2 KiB at most, so each limit is reached in a few requests."""
+    monkeypatch.setenv("TALLY_API__REQUESTS_PER_HOUR", "2")
+    monkeypatch.setenv("TALLY_API__MAX_BODY_BYTES", "2048")
 
 
 def client_and_key(settings: Settings) -> tuple[TestClient, str]:

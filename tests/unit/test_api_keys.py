@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import stat
-from pathlib import Path
 
 import pytest
 
 from api.keys import ApiKeyError, create_key, keys_path, load_keys, revoke_key, verify
 from api.throttle import HourlyLimit
-from tally.settings import Settings, load_settings
+from tally.settings import Settings
 
 NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
 SITE = "demo.tally.local"
-
-
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_ENV", "test")
-    return load_settings()
 
 
 def test_a_key_is_stored_only_as_a_hash_in_a_private_file_and_verifies(settings: Settings) -> None:

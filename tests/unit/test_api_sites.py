@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -14,17 +13,10 @@ from api.answering import Refused
 from api.app import create_app
 from api.keys import create_key
 from api.sites import _site_of
-from tally.settings import Settings, SiteSettings, load_settings
+from tally.settings import Settings, SiteSettings
 
 NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
 NEW_SITE = {"site_id": "c.example", "domains": ["c.example"]}
-
-
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path))
-    monkeypatch.setenv("TALLY_ENV", "test")
-    return load_settings()
 
 
 def bearer(key: str) -> dict[str, str]:

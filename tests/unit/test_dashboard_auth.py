@@ -39,9 +39,11 @@ def cheap_hash(password: str) -> str:
     return hash_password(password, n=CHEAP)
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(home=str(tmp_path), sites=(SiteSettings("a.test"), SiteSettings("b.test")), dashboard=FAST)
+@pytest.fixture(autouse=True)
+def two_sites_and_cheap_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """conf's sites are a.test and b.test, and new hashes cost CHEAP (as in FAST)."""
+    monkeypatch.setenv("TALLY_SITES", "[{site_id: a.test}, {site_id: b.test}]")
+    monkeypatch.setenv("TALLY_DASHBOARD__PASSWORD_SCRYPT_N", str(CHEAP))
 
 
 @pytest.fixture

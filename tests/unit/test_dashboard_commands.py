@@ -6,7 +6,7 @@ import io
 import subprocess
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -16,7 +16,7 @@ from dashboard.passwords import authenticate
 from dashboard.share_links import AccessDenied, ShareLinks
 from ops.access_commands import dashboard_login_line
 from ops.cli import main
-from tally.settings import Settings, load_settings
+from tally.settings import Settings
 
 HELP = [
     "user",
@@ -32,18 +32,13 @@ HELP = [
 
 
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    conf = tmp_path / "conf"
-    conf.mkdir()
-    (conf / "tally.yaml").write_text(
+def carol_in_conf(conf_file: Callable[[str], Settings]) -> Settings:
+    """A conf of sites a.test and b.test whose dashboard.users is carol (every site), with cheap hashes."""
+    return conf_file(
         "dashboard:\n  password_scrypt_n: 1024\n"
         "  users:\n    - {name: carol, password_hash: '', sites: ['*'], email: carol@example.org}\n"
         "sites: [{site_id: a.test}, {site_id: b.test}]\n"
     )
-    monkeypatch.setenv("TALLY_CONF_DIR", str(conf))
-    monkeypatch.setenv("TALLY_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("TALLY_ENV", raising=False)
-    return load_settings()
 
 
 def tally(monkeypatch: pytest.MonkeyPatch, *argv: str, stdin: str = "") -> int:
@@ -61,22 +56,22 @@ def test_every_user_and_share_command_has_help(command: str) -> None:
 
 
 def test_users_round_trip_through_add_list_and_remove_without_printing_secrets(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    carol_in_conf: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert (
         tally(monkeypatch, "user", "add", "ann", "--sites", "a.test", "--password-stdin", stdin="ann-pass-word\n") == 0
     )
     assert tally(monkeypatch, "user", "add", "bob", "--sites", "*", "--password-stdin", stdin="bob-pass-word\n") == 0
-    users = load_users(settings)
+    users = load_users(carol_in_conf)
     assert authenticate(users, "ann", "ann-pass-word") is not None and users["ann"].sites == ("a.test",)
     assert tally(monkeypatch, "user", "list") == 0
     out = capsys.readouterr().out
     assert "ann-pass-word" not in out and "scrypt$" not in out
     assert "carol" in out and "config (dashboard.users)" in out and "users.yaml (tally user)" in out
     assert tally(monkeypatch, "user", "remove", "ann") == 0
-    assert set(load_users(settings)) == {"carol", "bob"}
+    assert set(load_users(carol_in_conf)) == {"carol", "bob"}
     assert tally(monkeypatch, "user", "remove", "ann") == 1
-    assert "ann-pass-word" not in users_path(settings).read_text()
+    assert "ann-pass-word" not in users_path(carol_in_conf).read_text()
 
 
 @pytest.mark.parametrize(
@@ -94,7 +89,7 @@ def test_users_round_trip_through_add_list_and_remove_without_printing_secrets(
     ],
 )
 def test_user_add_refuses_bad_input_and_says_what_to_do(
-    settings: Settings,
+    carol_in_conf: Settings,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     argv: list[str],
@@ -103,11 +98,11 @@ def test_user_add_refuses_bad_input_and_says_what_to_do(
 ) -> None:
     assert tally(monkeypatch, *argv, stdin=stdin) == 2
     assert message in capsys.readouterr().err
-    assert set(load_users(settings)) == {"carol"}
+    assert set(load_users(carol_in_conf)) == {"carol"}
 
 
 def test_adding_an_existing_user_needs_replace_which_ends_their_old_password(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    carol_in_conf: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tally(monkeypatch, "user", "add", "ann", "--sites", "a.test", "--password-stdin", stdin="first-password\n")
     assert tally(monkeypatch, "user", "add", "ann", "--sites", "b.test", "--password-stdin", stdin="second-pass\n") == 2
@@ -125,12 +120,12 @@ def test_adding_an_existing_user_needs_replace_which_ends_their_old_password(
         )
         == 0
     )
-    users = load_users(settings)
+    users = load_users(carol_in_conf)
     assert authenticate(users, "ann", "first-password") is None and users["ann"].sites == ("b.test",)
 
 
 def test_share_links_round_trip_through_create_list_and_revoke(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    carol_in_conf: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["share", "create", "--site", "a.test", "--view", "range=30d&f_page=/pricing", "--days", "3"]
     argv += ["--creator", "carol"]
@@ -138,7 +133,7 @@ def test_share_links_round_trip_through_create_list_and_revoke(
     url = capsys.readouterr().out.strip().splitlines()[-1]
     assert url.startswith("https://stats.example.org/?share=")
     token = parse_qs(urlsplit(url).query)["share"][0]
-    grant = ShareLinks(settings).read(token, now=time.time())
+    grant = ShareLinks(carol_in_conf).read(token, now=time.time())
     assert dict(grant.view) == {"range": "30d", "f_page": "/pricing", "site": "a.test"}
     assert 3 * 86400 - 5 <= grant.expires_at - time.time() <= 3 * 86400
     assert tally(monkeypatch, "share", "list") == 0
@@ -147,7 +142,7 @@ def test_share_links_round_trip_through_create_list_and_revoke(
     assert token not in listed
     assert tally(monkeypatch, "share", "revoke", grant.link_id) == 0
     with pytest.raises(AccessDenied, match="revoked"):
-        ShareLinks(settings).read(token, now=time.time())
+        ShareLinks(carol_in_conf).read(token, now=time.time())
     tally(monkeypatch, "share", "list")
     assert "revoked" in capsys.readouterr().out
     assert tally(monkeypatch, "share", "revoke", "nope") == 1
@@ -158,7 +153,7 @@ def test_share_links_round_trip_through_create_list_and_revoke(
     [(["--site", "c.test"], "not configured"), (["--site", "a.test", "--view", "site=b.test"], "names site")],
 )
 def test_share_create_refuses_a_site_that_is_not_configured_or_a_view_of_another_site(
-    settings: Settings,
+    carol_in_conf: Settings,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     extra: list[str],
@@ -166,11 +161,11 @@ def test_share_create_refuses_a_site_that_is_not_configured_or_a_view_of_another
 ) -> None:
     assert tally(monkeypatch, "share", "create", *extra) == 2
     assert message in capsys.readouterr().err
-    assert ShareLinks(settings).all() == []
+    assert ShareLinks(carol_in_conf).all() == []
 
 
 def test_share_create_needs_a_creator_who_may_see_the_site_and_removing_them_ends_their_links(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    carol_in_conf: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tally(monkeypatch, "user", "add", "ann", "--sites", "a.test", "--password-stdin", stdin="ann-pass-word\n")
     assert tally(monkeypatch, "share", "create", "--site", "b.test", "--creator", "ann") == 2
@@ -181,18 +176,14 @@ def test_share_create_needs_a_creator_who_may_see_the_site_and_removing_them_end
     assert tally(monkeypatch, "user", "remove", "ann") == 0
     assert "1 share link(s) made by ann no longer open" in capsys.readouterr().out
     with pytest.raises(AccessDenied) as refused:
-        ShareLinks(settings).read(token, now=time.time())
+        ShareLinks(carol_in_conf).read(token, now=time.time())
     assert refused.value.kind == "creator-lost"
 
 
 def test_tally_up_creates_the_admin_once_and_keeps_showing_its_login_until_it_changes(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    conf_file: Callable[[str], Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    no_users = tmp_path / "conf2"
-    no_users.mkdir()
-    (no_users / "tally.yaml").write_text("sites: [{site_id: a.test}]\n")
-    monkeypatch.setenv("TALLY_CONF_DIR", str(no_users))
-    fresh = load_settings()
+    fresh = conf_file("sites: [{site_id: a.test}]\n")  # no users at all
     line = dashboard_login_line(fresh)
     assert line.startswith("dashboard login: admin / ") and "admin-password" in line
     password = line.split(" / ")[1].split(" (saved in")[0]

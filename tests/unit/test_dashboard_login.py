@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -56,20 +55,16 @@ def gated_page() -> None:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
-    conf = tmp_path / "conf"
-    conf.mkdir()
-    (conf / "tally.yaml").write_text(
-        f"home: {tmp_path / 'home'}\ndashboard: {{session_minutes: 30, password_scrypt_n: {CHEAP}}}\n"
+def ann_signed_up(conf_file: Callable[[str], Settings], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """A conf of sites a.test and b.test with 30-minute sessions, and ann (a.test) a user with a
+    password; a wrong password is answered at once."""
+    monkeypatch.setattr(dashboard.routes, "FAILURE_DELAY_SECONDS", 0.0)
+    settings = conf_file(
+        f"dashboard: {{session_minutes: 30, password_scrypt_n: {CHEAP}}}\n"
         "sites: [{site_id: a.test}, {site_id: b.test}]\n"
     )
-    monkeypatch.setenv("TALLY_CONF_DIR", str(conf))
-    monkeypatch.delenv("TALLY_ENV", raising=False)
-    monkeypatch.delenv("TALLY_HOME", raising=False)
-    monkeypatch.setattr(dashboard.routes, "FAILURE_DELAY_SECONDS", 0.0)
-    settings = load_settings()
     write_file_users(settings, [DashboardUser(ANN, hash_password(ANN_PASSWORD, n=CHEAP), ("a.test",))])
-    yield settings
+    return settings
 
 
 def page() -> AppTest:
@@ -117,7 +112,7 @@ def post_login(
     return client.post("/login", data=form, headers=headers, follow_redirects=False)
 
 
-def test_an_anonymous_browser_gets_the_login_form_and_no_data(settings: Settings) -> None:
+def test_an_anonymous_browser_gets_the_login_form_and_no_data(ann_signed_up: Settings) -> None:
     app = page().run()
     assert not app.exception
     form = app.html[0].value
@@ -127,15 +122,15 @@ def test_an_anonymous_browser_gets_the_login_form_and_no_data(settings: Settings
 
 @pytest.mark.parametrize(("name", "password"), [(ANN, "wrong-password"), ("mallory", ANN_PASSWORD), ("", "")])
 def test_a_wrong_user_or_password_is_refused_with_one_generic_message(
-    settings: Settings, name: str, password: str
+    ann_signed_up: Settings, name: str, password: str
 ) -> None:
     response = post_login(login_client(), name, password)
     assert response.status_code == 401 and "Wrong user or password." in response.text
-    assert COOKIE_NAME not in response.cookies and not Sessions(settings).active(now=time.time())
+    assert COOKIE_NAME not in response.cookies and not Sessions(ann_signed_up).active(now=time.time())
 
 
 def test_the_right_password_sets_an_http_only_cookie_and_every_tab_with_it_sees_the_page(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ann_signed_up: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     response = post_login(login_client(), ANN, ANN_PASSWORD)
     assert response.status_code == 303 and response.headers["location"] == "/?site=a.test"
@@ -151,13 +146,13 @@ def test_the_right_password_sets_an_http_only_cookie_and_every_tab_with_it_sees_
     assert MARKER in texts(page().run()), "so does a new page (a reload, another tab)"
 
 
-def test_over_https_the_cookie_is_secure(settings: Settings) -> None:
+def test_over_https_the_cookie_is_secure(ann_signed_up: Settings) -> None:
     response = post_login(login_client(base="https://dash.test"), ANN, ANN_PASSWORD, origin="https://dash.test")
     assert response.status_code == 303 and "Secure" in response.headers["set-cookie"]
 
 
 @pytest.mark.parametrize("attack", ["no token", "forged token", "another site", "no origin"])
-def test_a_login_post_without_its_token_or_from_another_site_is_refused(settings: Settings, attack: str) -> None:
+def test_a_login_post_without_its_token_or_from_another_site_is_refused(ann_signed_up: Settings, attack: str) -> None:
     client = login_client()
     token = {"no token": "", "forged token": f"{int(time.time())}.abc.{'0' * 64}"}.get(attack)
     form = {
@@ -168,17 +163,17 @@ def test_a_login_post_without_its_token_or_from_another_site_is_refused(settings
     origin = {"another site": "https://evil.example", "no origin": None}.get(attack, SITE_URL)
     response = client.post("/login", data=form, headers={"Origin": origin} if origin else {}, follow_redirects=False)
     assert response.status_code == 403 and COOKIE_NAME not in response.cookies
-    assert not Sessions(settings).active(now=time.time())
+    assert not Sessions(ann_signed_up).active(now=time.time())
 
 
 @pytest.mark.parametrize("target", ["//evil.example/x", "https://evil.example/", "/\\evil.example", "javascript:x"])
-def test_after_logging_in_the_browser_only_goes_to_a_page_of_this_site(settings: Settings, target: str) -> None:
+def test_after_logging_in_the_browser_only_goes_to_a_page_of_this_site(ann_signed_up: Settings, target: str) -> None:
     response = post_login(login_client(), ANN, ANN_PASSWORD, next_url=target)
     assert response.status_code == 303 and response.headers["location"] == "/"
 
 
 def test_logging_out_ends_the_session_in_every_tab_and_clears_the_cookie(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ann_signed_up: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = login_client()
     cookie = post_login(client, ANN, ANN_PASSWORD).cookies[COOKIE_NAME]
@@ -198,11 +193,11 @@ def test_logging_out_ends_the_session_in_every_tab_and_clears_the_cookie(
 
 
 def test_a_logout_from_another_site_or_without_the_sessions_token_changes_nothing(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ann_signed_up: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = login_client()
     cookie = post_login(client, ANN, ANN_PASSWORD).cookies[COOKIE_NAME]
-    other = Sessions(settings).form_token("logout", now=time.time(), bound_to="another-session")
+    other = Sessions(ann_signed_up).form_token("logout", now=time.time(), bound_to="another-session")
     for form, origin in (({"csrf": other}, SITE_URL), ({}, SITE_URL), ({"csrf": other}, "https://evil.example")):
         response = client.post("/logout", data=form, headers={"Origin": origin}, follow_redirects=False)
         assert response.status_code == 403
@@ -212,15 +207,15 @@ def test_a_logout_from_another_site_or_without_the_sessions_token_changes_nothin
 
 @pytest.mark.parametrize("case", ["altered", "expired", "revoked", "password changed", "signed by another key"])
 def test_an_altered_expired_or_revoked_cookie_shows_the_login_form(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, case: str
+    ann_signed_up: Settings, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    cookie = session_of(settings, ANN, now=time.time() - (31 * 60 if case == "expired" else 0))
+    cookie = session_of(ann_signed_up, ANN, now=time.time() - (31 * 60 if case == "expired" else 0))
     if case == "altered":
         cookie = cookie[:-1] + ("0" if cookie[-1] != "0" else "1")
     elif case == "revoked":
-        Sessions(settings).delete_user(ANN)
+        Sessions(ann_signed_up).delete_user(ANN)
     elif case == "password changed":
-        write_file_users(settings, [DashboardUser(ANN, hash_password("a-new-password", n=CHEAP), ("a.test",))])
+        write_file_users(ann_signed_up, [DashboardUser(ANN, hash_password("a-new-password", n=CHEAP), ("a.test",))])
     elif case == "signed by another key":
         session_id = cookie.rpartition(".")[0]
         cookie = f"{session_id}.{'ab' * 32}"
@@ -231,29 +226,29 @@ def test_an_altered_expired_or_revoked_cookie_shows_the_login_form(
 
 
 def test_a_user_can_share_the_view_they_see_as_a_signed_link(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ann_signed_up: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    open_as(monkeypatch, session_of(settings, ANN))
+    open_as(monkeypatch, session_of(ann_signed_up, ANN))
     app = page()
     app.query_params.update({"site": "a.test", "range": "30d"})
     app.run()
     app.sidebar.button(key="tally-share").click().run()
     url = app.sidebar.code[0].value
     token = parse_qs(urlsplit(url).query)["share"][0]
-    grant = ShareLinks(settings).read(token, now=time.time())
+    grant = ShareLinks(ann_signed_up).read(token, now=time.time())
     assert (grant.site, dict(grant.view)) == ("a.test", {"site": "a.test", "range": "30d"})
-    assert ShareLinks(settings).all()[0].creator == ANN
+    assert ShareLinks(ann_signed_up).all()[0].creator == ANN
 
 
-def test_a_share_link_viewer_cannot_make_further_links(settings: Settings) -> None:
-    _, token = ShareLinks(settings).create(site="a.test", view={}, days=1, creator=ANN, now=time.time())
+def test_a_share_link_viewer_cannot_make_further_links(ann_signed_up: Settings) -> None:
+    _, token = ShareLinks(ann_signed_up).create(site="a.test", view={}, days=1, creator=ANN, now=time.time())
     app = page()
     app.query_params["share"] = token
     app.run()
-    assert MARKER in texts(app) and not app.sidebar.button and len(ShareLinks(settings).all()) == 1
+    assert MARKER in texts(app) and not app.sidebar.button and len(ShareLinks(ann_signed_up).all()) == 1
 
 
-def test_too_many_failures_lock_the_name_even_for_the_right_password(settings: Settings) -> None:
+def test_too_many_failures_lock_the_name_even_for_the_right_password(ann_signed_up: Settings) -> None:
     client = login_client(throttle=LoginThrottle(max_attempts=2, free_attempts=2))
     for _ in range(2):
         assert post_login(client, ANN, "guess").status_code == 401
@@ -263,9 +258,9 @@ def test_too_many_failures_lock_the_name_even_for_the_right_password(settings: S
 
 
 def test_a_user_cannot_open_another_users_site_by_editing_the_url(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ann_signed_up: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    open_as(monkeypatch, session_of(settings, ANN))
+    open_as(monkeypatch, session_of(ann_signed_up, ANN))
     app = page()
     app.query_params["site"] = "b.test"
     app.run()
@@ -278,10 +273,10 @@ def test_a_user_cannot_open_another_users_site_by_editing_the_url(
 
 
 def test_a_valid_share_link_shows_its_site_and_view_read_only_whatever_else_the_url_says(
-    settings: Settings,
+    ann_signed_up: Settings,
 ) -> None:
-    write_file_users(settings, [*load_users(settings).values(), DashboardUser("bea", "", ("b.test",))])
-    _, token = ShareLinks(settings).create(
+    write_file_users(ann_signed_up, [*load_users(ann_signed_up).values(), DashboardUser("bea", "", ("b.test",))])
+    _, token = ShareLinks(ann_signed_up).create(
         site="b.test", view={"range": "30d", "f_page": "/pricing"}, days=7, creator="bea", now=time.time()
     )
     app = page()
@@ -300,15 +295,17 @@ def share_token(settings: Settings, *, issued: float, days: float) -> str:
 
 
 @pytest.mark.parametrize("case", ["expired", "tampered", "revoked"])
-def test_an_expired_tampered_or_revoked_share_link_is_refused_and_shows_no_data(settings: Settings, case: str) -> None:
+def test_an_expired_tampered_or_revoked_share_link_is_refused_and_shows_no_data(
+    ann_signed_up: Settings, case: str
+) -> None:
     if case == "expired":
-        token = share_token(settings, issued=time.time() - 3 * 86400, days=2)
+        token = share_token(ann_signed_up, issued=time.time() - 3 * 86400, days=2)
     elif case == "tampered":
-        payload, signature = share_token(settings, issued=time.time(), days=2).split(".")
+        payload, signature = share_token(ann_signed_up, issued=time.time(), days=2).split(".")
         token = f"{payload}.{signature[:-2]}{'AA' if signature[-2:] != 'AA' else 'BB'}"
     else:
-        token = share_token(settings, issued=time.time(), days=2)
-        links = ShareLinks(settings)
+        token = share_token(ann_signed_up, issued=time.time(), days=2)
+        links = ShareLinks(ann_signed_up)
         links.revoke(links.all()[-1].link_id, now=time.time())
     app = page()
     app.query_params["share"] = token
@@ -320,9 +317,9 @@ def test_an_expired_tampered_or_revoked_share_link_is_refused_and_shows_no_data(
 
 
 def test_a_bad_share_link_is_refused_even_in_a_logged_in_session(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ann_signed_up: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    open_as(monkeypatch, session_of(settings, ANN))
+    open_as(monkeypatch, session_of(ann_signed_up, ANN))
     app = page()
     app.query_params["share"] = "not-a-token"
     app.run()
@@ -356,27 +353,27 @@ def oidc_page(settings: Settings, monkeypatch: pytest.MonkeyPatch, identity: dic
 
 
 def test_an_identity_provider_login_maps_to_the_user_with_that_email(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ann_signed_up: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     identity = {"is_logged_in": True, "email": "carol@example.org", "email_verified": True}
-    app = oidc_page(settings, monkeypatch, identity)
+    app = oidc_page(ann_signed_up, monkeypatch, identity)
     assert not app.exception
     assert MARKER in texts(app) and "viewer=carol" in texts(app) and "site=b.test" in texts(app)
 
 
 def test_an_identity_provider_login_without_a_matching_user_gets_no_data(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ann_signed_up: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     identity = {"is_logged_in": True, "email": "mallory@example.org", "email_verified": True}
-    app = oidc_page(settings, monkeypatch, identity)
+    app = oidc_page(ann_signed_up, monkeypatch, identity)
     assert not app.exception
     assert MARKER not in texts(app) and any("no access to this dashboard" in e.value for e in app.error)
 
 
 def test_with_oidc_on_an_anonymous_browser_is_offered_the_provider_and_the_password_form(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    ann_signed_up: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = oidc_page(settings, monkeypatch, {"is_logged_in": False})
+    app = oidc_page(ann_signed_up, monkeypatch, {"is_logged_in": False})
     assert not app.exception and MARKER not in texts(app)
     offered = [b.label for b in app.button if b.label.startswith("Log in with")]
     assert offered == ["Log in with google"] or any("Authlib is not installed" in w.value for w in app.warning)

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from pathlib import Path
-
-import pytest
 
 from quality.audit import AuditReport, render
 from quality.checks import CheckRun, PartitionOutcome
@@ -19,11 +16,6 @@ from tally.settings import Settings
 
 DAY1, DAY2 = dt.date(2026, 1, 10), dt.date(2026, 1, 11)
 T0 = dt.datetime(2026, 1, 12, 3, 0, tzinfo=dt.UTC)
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return dataclasses.replace(Settings(), home=str(tmp_path))
 
 
 def verdict(table: str, day: dt.date, checker: str, bad: bool, at: dt.datetime = T0) -> PartitionStatus:

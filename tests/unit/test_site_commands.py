@@ -3,9 +3,9 @@ runs the commands against a real broker)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,12 +15,11 @@ from ops.stack import free_ports
 from tally.settings import KafkaSettings, Settings, SiteSettings
 from tally.site_registry import SiteRegistry
 
-SEED = (SiteSettings("a.example", domains=("a.example",)),)
 
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(home=str(tmp_path), sites=SEED)
+@pytest.fixture(autouse=True)
+def one_configured_site(monkeypatch: pytest.MonkeyPatch) -> None:
+    """conf's sites are a.example alone: the seed the commands fold the topic's records into."""
+    monkeypatch.setenv("TALLY_SITES", "[{site_id: a.example, domains: [a.example]}]")
 
 
 @pytest.fixture
@@ -141,11 +140,11 @@ def test_removing_an_unknown_site_names_the_configured_ones_and_tally_site_list(
     assert seed_only == []
 
 
-def test_without_kafka_the_commands_say_to_start_it(tmp_path: Path) -> None:
+def test_without_kafka_the_commands_say_to_start_it(settings: Settings) -> None:
     (port,) = free_ports(1)  # a port nothing listens on
-    settings = Settings(home=str(tmp_path), sites=SEED, kafka=KafkaSettings(port=port))
+    no_broker = dataclasses.replace(settings, kafka=KafkaSettings(port=port))
     with pytest.raises(site_commands.SiteCommandError, match=r"does not answer.*tally up.*a\.example") as raised:
-        site_commands.current_sites(settings, timeout=1.0)
+        site_commands.current_sites(no_broker, timeout=1.0)
     assert raised.value.code == 1
 
 

@@ -13,6 +13,7 @@ import secrets
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,17 +57,13 @@ def scrypt_hash(password: str, n: int) -> str:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    conf = tmp_path / "conf"
-    conf.mkdir()
-    (conf / "tally.yaml").write_text(f"home: {tmp_path / 'home'}\nsites: [{{site_id: a.test}}, {{site_id: b.test}}]\n")
-    monkeypatch.setenv("TALLY_CONF_DIR", str(conf))
+def admin_and_ann(conf_file: Callable[[str], Settings], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """A conf of sites a.test and b.test and nothing else (no conf/test.yaml: the production
+    defaults), with admin (every site) and ann (a.test) users and a browser without a cookie."""
     monkeypatch.setenv("TALLY_DASHBOARD__PASSWORD_SCRYPT_N", "1024")  # cheap hashes: the tests stay fast
-    monkeypatch.delenv("TALLY_ENV", raising=False)
-    monkeypatch.delenv("TALLY_HOME", raising=False)
     monkeypatch.setattr(dashboard.routes, "FAILURE_DELAY_SECONDS", 0.0)
     monkeypatch.setattr(dashboard.login, "session_cookie", lambda: None)
-    settings = load_settings()
+    settings = conf_file("sites: [{site_id: a.test}, {site_id: b.test}]\n")
     write_file_users(
         settings,
         [
@@ -96,7 +93,7 @@ def log_in(monkeypatch: pytest.MonkeyPatch, name: str, password: str, *, address
 
 
 def test_parallel_guesses_for_one_user_get_no_more_than_the_allowed_attempts(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    admin_and_ann: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Many sessions of one dashboard process submit at once; each check is slow, so they overlap."""
     parallel = ALLOWED_GUESSES + 6
@@ -109,7 +106,7 @@ def test_parallel_guesses_for_one_user_get_no_more_than_the_allowed_attempts(
         time.sleep(1.0)  # every session is inside the password check at the same time
 
     monkeypatch.setattr(dashboard.throttle, "authenticate", slow_wrong_password)
-    throttle, users = LoginThrottle(), load_users(settings)
+    throttle, users = LoginThrottle(), load_users(admin_and_ann)
     start = threading.Barrier(parallel)
     outcomes: list[PasswordCheck] = []
 
@@ -130,7 +127,7 @@ def test_parallel_guesses_for_one_user_get_no_more_than_the_allowed_attempts(
 
 
 def test_an_attacker_locking_out_admin_from_one_address_does_not_lock_out_admin_elsewhere(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    admin_and_ann: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     throttle = LoginThrottle()
     monkeypatch.setattr(dashboard.routes, "THROTTLE", throttle)
@@ -148,7 +145,9 @@ def test_an_attacker_locking_out_admin_from_one_address_does_not_lock_out_admin_
 # --- password hashing ---------------------------------------------------------------------------
 
 
-def test_new_password_hashes_cost_scrypt_n_2_17_by_default(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_new_password_hashes_cost_scrypt_n_2_17_by_default(
+    admin_and_ann: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TALLY_DASHBOARD__PASSWORD_SCRYPT_N")
     monkeypatch.setattr(sys, "stdin", io.StringIO("bob-secret-password\n"))
     with pytest.raises(SystemExit) as done:
@@ -159,7 +158,7 @@ def test_new_password_hashes_cost_scrypt_n_2_17_by_default(settings: Settings, m
 
 
 def test_an_old_hash_is_replaced_at_todays_cost_on_the_next_successful_login(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    admin_and_ann: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("TALLY_DASHBOARD__PASSWORD_SCRYPT_N")  # the default cost, as in production
     old = scrypt_hash("ann-secret-password", 2**14)  # what Tally stored before
@@ -177,10 +176,10 @@ def test_an_old_hash_is_replaced_at_todays_cost_on_the_next_successful_login(
     "command", [["user", "remove", "ann"], ["user", "add", "ann", "--sites", "a.test", "--replace"]]
 )
 def test_removing_a_user_or_giving_a_new_password_ends_their_sessions_at_once(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, command: list[str]
+    admin_and_ann: Settings, monkeypatch: pytest.MonkeyPatch, command: list[str]
 ) -> None:
-    cookie = session_of(settings, "ann")
-    kept = session_of(settings, "admin")
+    cookie = session_of(admin_and_ann, "ann")
+    kept = session_of(admin_and_ann, "admin")
     monkeypatch.setattr(sys, "stdin", io.StringIO("ann-new-password\n"))
     with pytest.raises(SystemExit) as done:
         main([*command, *(["--password-stdin"] if "add" in command else [])])
@@ -205,21 +204,21 @@ def oidc_page(settings: Settings, monkeypatch: pytest.MonkeyPatch, identity: dic
 
 @pytest.mark.parametrize("verified", ["missing", False, "true", None])
 def test_an_oidc_email_the_provider_did_not_verify_gets_no_data(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, verified: object
+    admin_and_ann: Settings, monkeypatch: pytest.MonkeyPatch, verified: object
 ) -> None:
     identity: dict[str, object] = {"is_logged_in": True, "email": "ann@example.org"}
     if verified != "missing":
         identity["email_verified"] = verified
-    app = oidc_page(settings, monkeypatch, identity)
+    app = oidc_page(admin_and_ann, monkeypatch, identity)
     assert not app.exception
     assert MARKER not in texts(app) and app.error
 
 
 def test_an_oidc_email_the_provider_verified_logs_the_user_in(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    admin_and_ann: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     identity = {"is_logged_in": True, "email": "ann@example.org", "email_verified": True}
-    app = oidc_page(settings, monkeypatch, identity)
+    app = oidc_page(admin_and_ann, monkeypatch, identity)
     assert MARKER in texts(app) and "viewer=ann" in texts(app)
 
 
@@ -239,9 +238,9 @@ HOSTILE = "[log in again](https://evil.example/phish) ![x](https://evil.example/
     ],
 )
 def test_a_bad_url_value_is_refused_without_echoing_it(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, params: dict[str, str]
+    admin_and_ann: Settings, monkeypatch: pytest.MonkeyPatch, params: dict[str, str]
 ) -> None:
-    open_as(monkeypatch, session_of(settings, "admin"))
+    open_as(monkeypatch, session_of(admin_and_ann, "admin"))
     app = AppTest.from_file(APP, default_timeout=60)
     app.query_params.update({"site": "a.test", **params})
     app.run()
@@ -257,17 +256,17 @@ def test_a_bad_url_value_is_refused_without_echoing_it(
 
 @pytest.mark.parametrize("change", ["removed", "lost the site"])
 def test_a_share_link_stops_opening_when_its_creator_is_removed_or_loses_the_site(
-    settings: Settings, change: str
+    admin_and_ann: Settings, change: str
 ) -> None:
-    _, token = ShareLinks(settings).create(site="a.test", view={}, days=7, creator="ann", now=time.time())
+    _, token = ShareLinks(admin_and_ann).create(site="a.test", view={}, days=7, creator="ann", now=time.time())
     app = page()
     app.query_params["share"] = token
     assert MARKER in texts(app.run()), "the link opens while ann may see a.test"
 
-    others = [u for u in read_file_users(settings) if u.name != "ann"]
+    others = [u for u in read_file_users(admin_and_ann) if u.name != "ann"]
     if change == "lost the site":
         others.append(DashboardUser("ann", scrypt_hash("ann-secret-password", 1024), ("b.test",)))
-    write_file_users(settings, others)
+    write_file_users(admin_and_ann, others)
     app = page()
     app.query_params["share"] = token
     app.run()

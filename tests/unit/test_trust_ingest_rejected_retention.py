@@ -5,7 +5,6 @@ client-sent payloads, and anyone can send them."""
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -24,9 +23,8 @@ def days_ago(days: int) -> dt.date:
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    """A warehouse with dead letters of 40 and 5 days ago, and a page view of 40 days ago."""
-    settings = Settings(home=str(tmp_path))
+def aged_warehouse(settings: Settings) -> Settings:
+    """The settings, with dead letters of 40 and 5 days ago and a page view of 40 days ago in their warehouse."""
     for name, rows in (
         (RAW_REJECTED, [{"kind": "malformed_json", "rejected_date": days_ago(d)} for d in (40, 5)]),
         (RAW_PAGEVIEWS, [{"event_id": "e1", "event_date": days_ago(40)}]),
@@ -41,22 +39,22 @@ def dates(settings: Settings, name: str) -> list[dt.date]:
     return sorted(open_table(settings, name).to_pyarrow_table(columns=[column])[column].to_pylist())
 
 
-def test_maintain_expires_dead_letters_after_30_days_while_page_views_are_kept(settings: Settings) -> None:
-    reports = {r.table: r for r in maintain(settings, vacuum_hours=168, retention_days=0)}
+def test_maintain_expires_dead_letters_after_30_days_while_page_views_are_kept(aged_warehouse: Settings) -> None:
+    reports = {r.table: r for r in maintain(aged_warehouse, vacuum_hours=168, retention_days=0)}
     assert reports[RAW_REJECTED].rows_expired == 1 and reports[RAW_PAGEVIEWS].rows_expired == 0
-    assert dates(settings, RAW_REJECTED) == [days_ago(5)]
-    assert dates(settings, RAW_PAGEVIEWS) == [days_ago(40)]
+    assert dates(aged_warehouse, RAW_REJECTED) == [days_ago(5)]
+    assert dates(aged_warehouse, RAW_PAGEVIEWS) == [days_ago(40)]
 
 
 def test_the_rejected_retention_can_be_set_on_the_command_line(
-    settings: Settings, capsys: pytest.CaptureFixture[str]
+    aged_warehouse: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = build_parser().parse_args(["maintain", "--rejected-retention-days", "3"])
-    assert args.handler(args, settings) == 0
+    assert args.handler(args, aged_warehouse) == 0
     assert "raw.rejected: 0 small files compacted, 0 old files vacuumed, 2 rows past retention deleted" in (
         capsys.readouterr().out
     )
-    assert dates(settings, RAW_REJECTED) == []
+    assert dates(aged_warehouse, RAW_REJECTED) == []
 
 
 @pytest.mark.parametrize(("general", "rejected", "kept"), [(0, 30, 30), (0, 0, 0), (7, 30, 7), (60, 30, 30), (7, 0, 7)])
