@@ -27,7 +27,7 @@ from api.keys import ApiKey, keys_path, load_keys, verify
 from api.throttle import HourlyLimit
 from query.engine import fits_aggregates, run
 from query.plausible import parse_site_query
-from query.raw_events import memory_limited
+from query.raw_events import slot_limited
 from query.sources import Sources
 from query.spec import Query, QueryError
 from tally.annotations import AnnotationError, add_annotation, annotations_for, load_annotations
@@ -150,7 +150,7 @@ class Answering:
     @contextmanager
     def _raw_slot(self, key: ApiKey, query: Query) -> Iterator[None]:
         """While the block runs, a slot of the raw budget for a question raw events may answer (none
-        for one the views answer), its memory the limit of the DuckDB the question opens; given
+        for one the views answer), its memory and ``api.raw_threads`` those of the DuckDB the question opens; given
         back however the block ends. :class:`Refused` 429 or 503 if no slot comes free within
         ``api.raw_wait_seconds``."""
         with ExitStack() as held:
@@ -159,7 +159,7 @@ class Answering:
                     held.enter_context(self.budget.hold(key.key_id))
                 except NoSlot as e:
                     raise self._busy(key, e) from e
-                held.enter_context(memory_limited(self.slot_memory))
+                held.enter_context(slot_limited(self.slot_memory, self.settings.api.raw_threads))
             yield
 
     def _busy(self, key: ApiKey, full: NoSlot) -> Refused:

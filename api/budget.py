@@ -10,7 +10,7 @@ takes about 0.5 s over 90 days of 10M events), then is refused: :class:`NoSlot`,
 :class:`api.answering.Answering` turns into a 429 (the key's share is taken) or a 503 (every slot
 is), with ``Retry-After``.
 
-Pure logic, no I/O: what a slot lets a question take is the caller's (``query.raw_events.memory_limited``).
+Pure logic, no I/O: what a slot lets a question take is the caller's (``query.raw_events.slot_limited``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ four dimensions, a ``matches`` filter, visit metrics), each sent again as soon a
 refused, as a client that ignores ``Retry-After`` would. Meanwhile the light key asks one simple
 question at a time (a week of one country's visitors and page views, answered from raw events:
 it needs a slot too), and its latency is timed. Disabled means what the API did before: a slot
-for every question (the server's 40 threads the only bound), each with today's 2 GB.
+for every question (the server's 40 threads the only bound), each with 2 GB and 2 DuckDB threads.
 
 The two processes take turns, ABBA (disabled, budget, budget, disabled), each turn starting a new
 process that first answers a few light questions alone (a warm-up and the latency without load).
@@ -56,12 +56,14 @@ VARIANTS = (NO_BUDGET, BUDGET)
 TURNS = (NO_BUDGET, BUDGET, BUDGET, NO_BUDGET)
 ALONE = 5  # light questions timed before the heavy ones start, after 2 not timed
 START_WAIT_S = 60  # for a new API process to answer /healthz
-# Disabled: as many slots as the server has threads and more, each with today's 2 GB (1907 MiB).
+# Disabled: as many slots as the server has threads and more, each with the 2 GB (1907 MiB) and the
+# 2 DuckDB threads a raw question had before the budget.
 UNBOUNDED_SLOTS = 10_000
 NO_BUDGET_ENV = {
     "TALLY_API__RAW_SLOTS": str(UNBOUNDED_SLOTS),
     "TALLY_API__RAW_SLOTS_PER_KEY": str(UNBOUNDED_SLOTS),
     "TALLY_API__RAW_MEMORY": f"{UNBOUNDED_SLOTS * 1907}m",
+    "TALLY_API__RAW_THREADS": "2",
 }
 NOTE = (
     "One run: two API processes take turns, ABBA (budget disabled, budget, budget, disabled), over the same raw"
@@ -71,8 +73,8 @@ NOTE = (
     " visit:country, visit:browser, event:page; a `matches` filter on the page; visitors, visits, bounce rate,"
     " page views), each sent again as soon as it is answered or refused, while the light key asks its question"
     " (7 days, one country's visitors and page views: a raw question, which needs a slot too) one at a time and"
-    " is timed. Budget: the defaults (4 slots, 2 a key, 4 GiB, a 2 s wait). Disabled: a slot for every question,"
-    " each with today's 2 GB, as before the budget. A turn ends when the light key has its samples, and its"
+    " is timed. Budget: the defaults (see the figures' note). Disabled: a slot for every question, each with"
+    " 2 GB and 2 DuckDB threads, as before the budget. A turn ends when the light key has its samples, and its"
     " process is killed; counts are over both turns of a variant. Resident memory: the API process's, sampled"
     " every 0.2 s."
 )
@@ -292,7 +294,10 @@ def measure(home: Path, quick: bool = False, *, events: int | None = None, sampl
         by_variant[variant].append(turn)
     figures = [f for variant in VARIANTS for f in figures_of(variant, by_variant[variant])]
     api = settings.api
-    budget = f"{api.raw_slots} slots, {api.raw_slots_per_key} a key, {api.raw_memory}, {api.raw_wait_seconds:g} s wait"
+    budget = (
+        f"{api.raw_slots} slots, {api.raw_slots_per_key} a key, {api.raw_threads} DuckDB thread(s) a question,"
+        f" {api.raw_memory}, {api.raw_wait_seconds:g} s wait"
+    )
     return [Figure("raw events", written, "events", note=f"over {DAYS} days; the budget: {budget}"), *figures]
 
 

@@ -34,9 +34,12 @@ from tally.dimensions import AUDIENCE_DIMENSIONS
 from tally.vitals import SCROLL_DEPTH_COLUMN, VITALS
 
 MEMORY_LIMIT = "2GB"  # per question answered from raw events, unless a budget's slot says otherwise
-# The memory limit of the raw connections a question opens: a budget's slot sets it for the question
-# (api.budget: the API's raw questions share api.raw_memory); the dashboard's keep MEMORY_LIMIT.
+THREADS = 2  # DuckDB threads per question answered from raw events, unless a budget's slot says otherwise
+# The memory limit and threads of the raw connections a question opens: a budget's slot sets them for
+# the question (api.budget: the API's raw questions share api.raw_memory, each with api.raw_threads);
+# the dashboard's keep MEMORY_LIMIT and THREADS.
 _MEMORY_LIMIT: ContextVar[str] = ContextVar("tally_raw_memory_limit", default=MEMORY_LIMIT)
+_THREADS: ContextVar[int] = ContextVar("tally_raw_threads", default=THREADS)
 _CONNECTIONS = itertools.count()  # numbers each raw connection's spill directory (connection_spill_dir)
 # What a visit takes from its first event (the visit dimensions besides entry and exit page).
 VISIT_ATTRIBUTES = (*AUDIENCE_DIMENSIONS, "referrer", "utm_source", "utm_medium", "utm_content", "utm_term")
@@ -87,18 +90,20 @@ def _duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> list[str
 
 
 @contextmanager
-def memory_limited(limit: str) -> Iterator[None]:
+def slot_limited(memory: str, threads: int) -> Iterator[None]:
     """Raw connections opened inside the block (in this thread or task, and the worker threads it
-    starts with the context copied) get DuckDB's ``memory_limit`` ``limit`` instead of :data:`MEMORY_LIMIT`."""
-    token = _MEMORY_LIMIT.set(limit)
+    starts with the context copied) get DuckDB's ``memory_limit`` ``memory`` and ``threads``
+    instead of :data:`MEMORY_LIMIT` and :data:`THREADS`."""
+    memory_token, threads_token = _MEMORY_LIMIT.set(memory), _THREADS.set(threads)
     try:
         yield
     finally:
-        _MEMORY_LIMIT.reset(token)
+        _MEMORY_LIMIT.reset(memory_token)
+        _THREADS.reset(threads_token)
 
 
 def memory_limit() -> str:
-    """The memory limit of a raw connection opened here now (:func:`memory_limited`, else :data:`MEMORY_LIMIT`)."""
+    """The memory limit of a raw connection opened here now (:func:`slot_limited`, else :data:`MEMORY_LIMIT`)."""
     return _MEMORY_LIMIT.get()
 
 
@@ -112,7 +117,9 @@ def open_events(
         # Bounded, so that one question cannot take the machine: past the limit DuckDB spills to
         # disk or fails the query (a 400 the engine reports), never the process.
         spill = str(connection_spill_dir())
-        con = duckdb.connect(config={"memory_limit": memory_limit(), "threads": 2, "temp_directory": spill})
+        con = duckdb.connect(
+            config={"memory_limit": memory_limit(), "threads": _THREADS.get(), "temp_directory": spill}
+        )
     con.register("raw", raw)  # the way in when the files are not local
     # A view cannot take prepared parameters: the site is a configured id and the dates are
     # dates, quoted as SQL literals here.

@@ -481,6 +481,7 @@ class QualitySettings:
 # out of memory, at 256 MB it finished (spilling, 2.4 times as long as at 2 GB).
 MIN_RAW_SLOT_MEMORY = 256 << 20
 MAX_RAW_WAIT_SECONDS = 30  # a request held longer holds one of the server's threads as long
+MAX_RAW_THREADS = 64  # DuckDB threads of one raw question
 
 
 @dataclass(frozen=True)
@@ -493,10 +494,13 @@ class ApiSettings:
     max_body_bytes: int = 65536
     # Questions answered from raw events (not the views) at once in one API or `tally mcp` process:
     # at most raw_slots, sharing raw_memory (each one's DuckDB may take raw_memory / raw_slots), at
-    # most raw_slots_per_key of them one key's. A question waits up to raw_wait_seconds for a slot,
+    # most raw_slots_per_key of them one key's, each on raw_threads of DuckDB's threads (one question
+    # per core a key: on 2 cores, one key's questions leave the other core to the next key's). A
+    # question waits up to raw_wait_seconds for a slot,
     # then is refused with Retry-After: 429 when its key's share is taken, 503 when every slot is.
     raw_slots: int = 4
-    raw_slots_per_key: int = 2
+    raw_slots_per_key: int = 1
+    raw_threads: int = 1
     raw_memory: str = "4g"
     raw_wait_seconds: float = 2.0
 
@@ -512,6 +516,8 @@ class ApiSettings:
                 f"api.raw_slots_per_key: {self.raw_slots_per_key} must be between 1 and"
                 f" api.raw_slots ({self.raw_slots})"
             )
+        if not 1 <= self.raw_threads <= MAX_RAW_THREADS:
+            raise SettingsError(f"api.raw_threads: {self.raw_threads} must be between 1 and {MAX_RAW_THREADS}")
         if self.raw_slot_memory_bytes < MIN_RAW_SLOT_MEMORY:
             raise SettingsError(
                 f"api.raw_memory: {self.raw_memory!r} over {self.raw_slots} slots is"
