@@ -35,7 +35,7 @@ tracker/node_modules: tracker/package.json tracker/package-lock.json
 	touch $@
 
 test-unit: setup
-	TALLY_ENV=test .venv/bin/python -m pytest -q tests/unit
+	TALLY_ENV=test .venv/bin/python -m pytest -q -n auto tests/unit
 
 test-integration: setup
 	TALLY_ENV=test .venv/bin/python -m pytest -q tests/integration

@@ -10,8 +10,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+# A pytest-xdist worker's __main__ (execnet's) has neither __spec__ nor __file__, which
+# pyspark.sql.connect (imported by great_expectations) takes for a doctest run and exits on. An
+# empty file of its own: a process spawned by multiprocessing runs it as its main, harmlessly.
+_main = sys.modules["__main__"]
+if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+    _main.__file__ = str(Path(__file__).parent / "support" / "worker_main.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
