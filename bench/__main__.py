@@ -25,6 +25,7 @@ from bench import (
     drilldown,
     hll,
     ingest,
+    jvm_start,
     precision,
     sketches,
     soak,
@@ -200,6 +201,17 @@ BENCHMARKS.append(
         runs=2,
         variants=tuple(precision.variant(k) for k in precision.LG_KS),
         note=precision.NOTE,
+    )
+)
+BENCHMARKS.append(
+    Benchmark(
+        "jvm-start",
+        "Spark job start: the driver's class-data archive side by side with none",
+        jvm_start.measure,
+        f"{PY} bench.jvm_start",
+        runs=1,
+        variants=jvm_start.VARIANTS,
+        note=jvm_start.NOTE,
     )
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}

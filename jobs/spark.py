@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tally.jvm import check_java, spark_jars
+from tally.jvm import check_java, spark_class_archive, spark_jars
 from tally.settings import Settings
 
 if TYPE_CHECKING:
@@ -120,9 +120,19 @@ def shuffle_partitions(settings: Settings) -> int | None:
     return s.shuffle_partitions if s.shuffle_partitions > 0 else local_cores(s.master)
 
 
-def driver_java_options(local_dir: Path, job_options: str) -> str:
-    """The driver JVM's options: the factory's own (Derby's home in the local dir), then a job's own."""
-    return " ".join(option for option in (f"-Dderby.system.home={local_dir}", job_options.strip()) if option)
+ARCHIVE_OPTIONS = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
+
+
+def driver_java_options(local_dir: Path, job_options: str, archive: Path | None = None) -> str:
+    """The driver JVM's options: the factory's own (Derby's home in the local dir; the class-data
+    archive ``archive`` if it exists, unless the job names an archive itself), then a job's own.
+
+    A JVM that cannot map the archive (another JDK, a damaged file) starts without it: the JVM's
+    default ``-Xshare:auto``."""
+    own = [f"-Dderby.system.home={local_dir}"]
+    if archive is not None and archive.is_file() and not any(a in job_options for a in ARCHIVE_OPTIONS):
+        own.append(f"-XX:SharedArchiveFile={archive}")
+    return " ".join(option for option in (*own, job_options.strip()) if option)
 
 
 def spark_session(settings: Settings, app_name: str, *, extra: Mapping[str, str] | None = None) -> SparkSession:
@@ -164,7 +174,8 @@ def spark_session(settings: Settings, app_name: str, *, extra: Mapping[str, str]
         .config("spark.sql.warehouse.dir", str(settings.home_dir / "spark" / "sql-warehouse"))
     )
     own = dict(extra or {})
-    java_options = driver_java_options(local_dir, own.pop("spark.driver.extraJavaOptions", s.java_options))
+    job_options = own.pop("spark.driver.extraJavaOptions", s.java_options)
+    java_options = driver_java_options(local_dir, job_options, spark_class_archive())
     builder = builder.config("spark.driver.extraJavaOptions", java_options)
     partitions = shuffle_partitions(settings)
     if partitions is not None:

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-from tally.jvm import JARS_DIR, RESOLVED_STAMP, SetupError, check_java
+from tally.jvm import CLASS_ARCHIVE_PREFIX, JARS_DIR, RESOLVED_STAMP, SetupError, check_java, spark_class_archive
 from tally.jvm import spark_jars as jvm_spark_jars
 from tally.log import kv
 
@@ -99,3 +101,51 @@ def setup() -> None:
     log.info("java ok", extra=kv(version=major))
     kafka_jars()
     spark_jars(object_store=True)  # the s3a jars too (19 MB), so that moving the warehouse needs no network
+    class_archive()
+
+
+ARCHIVE_TIMEOUT_S = 900
+ARCHIVES_KEPT = 3  # other JDKs' or jars' archives (other clones) kept beside the newest
+
+
+def class_archive() -> Path | None:
+    """The Spark driver JVM's class-data archive (``tally.jvm.spark_class_archive``), written once
+    if missing; None if it is off or could not be written (Spark then starts without one, slower).
+
+    Written by ``python -m jobs.class_archive`` in a temporary home, to a file of its own that is
+    moved into place only when the JVM that wrote it has exited: a reader never maps half of one."""
+    target = spark_class_archive()
+    if target is None or target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    print(
+        f"setup: writing the Spark driver's class-data archive {target} (once per JDK and set of jars, about a minute)"
+    )
+    with tempfile.TemporaryDirectory(prefix="tally-setup-") as home:
+        env = {**os.environ, "TALLY_HOME": home, "TALLY_SPARK__MASTER": "local[*]"}
+        env.pop("TALLY_WAREHOUSE__PATH", None)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "jobs.class_archive", str(partial)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=ARCHIVE_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            done = None
+    if done is None or done.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        tail = "timed out" if done is None else (done.stderr.strip().splitlines() or ["no output"])[-1]
+        log.warning("no class-data archive: Spark starts without one", extra=kv(reason=tail[-300:]))
+        return None
+    os.replace(partial, target)
+    older = sorted(
+        (p for p in target.parent.glob(f"{CLASS_ARCHIVE_PREFIX}*.jsa") if p != target), key=lambda p: p.stat().st_mtime
+    )
+    for stale in older[: max(0, len(older) - ARCHIVES_KEPT)]:
+        stale.unlink(missing_ok=True)
+    log.info("class-data archive written", extra=kv(path=str(target), mib=target.stat().st_size >> 20))
+    return target
