@@ -171,7 +171,7 @@ class Answering:
         )
         if full.key_share:
             message = (
-                f"this key already has {full.per_key} questions answered from raw events running"
+                f"this key already has {full.per_key} question(s) answered from raw events running"
                 " (api.raw_slots_per_key); retry when one has been answered"
             )
             return Refused(429, message, retry_after=full.retry_after)

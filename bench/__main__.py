@@ -123,7 +123,7 @@ BENCHMARKS = [
         f"{PY} bench.hll",
         runs=1,
         note="One run of 20 seeds per size (the share needs many samples, not many runs): per seed, synthetic"
-        " events over 10 days (traffic.synthetic, as bench.backfill makes them), one sketch per day as Spark's"
+        " events over 10 days (simulator.synthetic, as bench.backfill makes them), one sketch per day as Spark's"
         " `hll_sketch_agg` writes it (HLL_8, at `tally.sketches.HLL_LG_K`, named in the notes), read as the"
         " dashboard reads them (`tally.sketches.union_estimate`). ≈ 95% inside the 2-sigma bounds is what the ±"
         " promises. Small per-seed samples: HLL's relative error no longer depends on the count past a few"

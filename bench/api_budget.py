@@ -3,7 +3,7 @@ simple ones; the second key's latency with the budget (``api.raw_slots`` …, th
 side with the budget disabled, in the same run.
 
 Each variant is an API process of its own (``python -m api`` on a free loopback port, its own
-spill directory), over the same raw table: synthetic events (``traffic.synthetic``) over 400 days,
+spill directory), over the same raw table: synthetic events (``simulator.synthetic``) over 400 days,
 only ``raw.pageviews`` (every question here is answered from raw events, so no view is built).
 The heavy key keeps ``HEAVY_AT_ONCE`` questions outstanding (the issue's six: the whole range,
 four dimensions, a ``matches`` filter, visit metrics), each sent again as soon as it is answered or
@@ -42,13 +42,13 @@ from deltalake import write_deltalake
 from bench.homes import in_temporary_home
 from bench.report import Figure, print_figures
 from ops.stack import stack_env
+from simulator.synthetic import synthetic_events
 from tally.log import setup_logging
 from tally.settings import load_settings
-from traffic.synthetic import synthetic_events
 
-SITE = "demo.tally.local"  # traffic.synthetic's default site
+SITE = "demo.tally.local"  # simulator.synthetic's default site
 DAYS = 400  # the longest range the API answers
-EVENTS_PER_VISIT = 4.4  # what traffic.synthetic makes on average
+EVENTS_PER_VISIT = 4.4  # what simulator.synthetic makes on average
 CHUNK_DAYS = 50  # events written a chunk of days at a time: a few commits, not one a day
 HEAVY_AT_ONCE = 6
 NO_BUDGET, BUDGET = "no budget", "budget"

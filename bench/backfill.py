@@ -2,7 +2,7 @@
 COUNT(DISTINCT visitor_id) against the HLL sketches, side by side in the same run.
 
 Each size gets its own warehouse in the run's home (bench/homes.py), removed once the size is
-measured (about 2 GB at 10M events). Events are generated column by column (traffic.synthetic)
+measured (about 2 GB at 10M events). Events are generated column by column (simulator.synthetic)
 and written to raw.pageviews with delta-rs; only the backfill is timed.
 
 Beside it, in the same run, the baseline a single-machine user would pick instead: DuckDB given
@@ -28,17 +28,17 @@ from deltalake import DeltaTable, write_deltalake
 from bench.homes import in_temporary_home
 from bench.report import Figure, print_figures
 from ops.stack import stack_env
+from simulator.synthetic import synthetic_events
 from tally.dimensions import ALL, EVENT, TRAFFIC_DIMENSIONS
 from tally.log import setup_logging
 from tally.settings import Settings, load_settings
 from tally.sketches import HLL_LG_K, sketch_from_ids, union_estimate
 from tally.tables import BACKFILL_VIEWS, SESSIONS, ViewSpec
-from traffic.synthetic import synthetic_events
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-EVENTS_PER_VISIT = 4.4  # what traffic.synthetic produces on average
+EVENTS_PER_VISIT = 4.4  # what simulator.synthetic produces on average
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 # The composite estimator's standard error, 1.04 / sqrt(2**lg_k): what the dashboard's ± is twice of.
 ONE_SIGMA = f"1 sigma ≈ {104 / 2 ** (HLL_LG_K / 2):.1f}% (lg_k {HLL_LG_K})"

@@ -30,11 +30,11 @@ import duckdb
 from deltalake import write_deltalake
 
 from bench.report import Figure, print_figures
+from simulator.synthetic import synthetic_events
 from tally.log import setup_logging
 from tally.settings import Settings, load_settings
-from traffic.synthetic import synthetic_events
 
-EVENTS_PER_VISIT = 4.4  # what traffic.synthetic produces on average
+EVENTS_PER_VISIT = 4.4  # what simulator.synthetic produces on average
 SITE = "demo.tally.local"
 RAW_SCANNED = ("KPIs (HLL union, digests)", "time series by day", "top pages")  # panels raw_scans also answers
 

@@ -1,7 +1,7 @@
 """HLL accuracy benchmark: how often the dashboard's ± (the 2-sigma bound) holds, over many seeds.
 
 For each size (synthetic events over ``DAYS`` days, made as bench.backfill makes them, by
-traffic.synthetic) and each of ``SEEDS`` seeds: one sketch per day of the day's distinct non-bot
+simulator.synthetic) and each of ``SEEDS`` seeds: one sketch per day of the day's distinct non-bot
 visitor ids, as Spark's ``hll_sketch_agg`` writes it (DataSketches HLL, lg_k from tally.sketches,
 HLL_8 registers, updatable form), read the way the dashboard reads them
 (``tally.sketches.union_estimate``: each day alone, and the union over all days). The exact
@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow.compute as pc
 
 from bench.report import Figure, print_figures
+from simulator.synthetic import synthetic_events
 from tally.sketches import HLL_LG_K, Estimate, union_estimate
-from traffic.synthetic import synthetic_events
 
-EVENTS_PER_VISIT = 4.4  # what traffic.synthetic produces on average
+EVENTS_PER_VISIT = 4.4  # what simulator.synthetic produces on average
 DAYS = 10
 SEEDS = 20
 SIZES = (100_000, 300_000, 1_000_000)  # events over DAYS days, per seed

@@ -2,7 +2,7 @@
 
 Three parts, each measured for both lg_k with the same inputs and the same warm-up:
 
-- **Error.** For each size (distinct visitor ids, the 32-hex-digit form ``traffic.synthetic``
+- **Error.** For each size (distinct visitor ids, the 32-hex-digit form ``simulator.synthetic``
   makes) and each of ``SEEDS`` seeds: one sketch of all the ids (a single day's sketch), and a
   union of ``UNION_DAYS`` daily sketches whose disjoint ids add up to the size (daily visitor ids
   rotate, so the days of a range never share an id: what the dashboard's 30-day range unions).
@@ -53,7 +53,7 @@ SEEDS = 20
 UNION_DAYS = 30
 BACKFILL_EVENTS, BACKFILL_DAYS = 1_000_000, 10
 KPI_READS = 40
-SITE = "demo.tally.local"  # traffic.synthetic's default site, which fill_raw writes
+SITE = "demo.tally.local"  # simulator.synthetic's default site, which fill_raw writes
 _RUNS = itertools.count()  # each run in a process takes the next block of seeds
 NOTE = (
     "Each run measures both lg_k with identical inputs, lg_k 12 first; runs repeat that pair, so load on the"

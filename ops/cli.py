@@ -168,7 +168,7 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_traffic(args: argparse.Namespace, settings: Settings) -> int:
-    from traffic.generator import run_traffic
+    from simulator.generator import run_traffic
 
     sent = run_traffic(
         settings,

@@ -21,7 +21,7 @@ import archiver
 import dashboard
 import ingest
 import jobs
-import traffic
+import simulator
 from ops import broker
 from ops.processes import Running, Service, Supervisor
 from tally.log import kv
@@ -122,7 +122,7 @@ def services(settings: Settings, env: dict[str, str] | None = None) -> dict[str,
         port=settings.api.port,
         ready=lambda: http_ok(api_url(settings) + "/healthz"),
     )
-    found["traffic"] = Service("traffic", [py, "-m", traffic.__name__])
+    found["traffic"] = Service("traffic", [py, "-m", simulator.__name__])
     return {name: dataclasses.replace(service, env=env or {}) for name, service in found.items()}
 
 

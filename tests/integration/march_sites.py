@@ -16,11 +16,11 @@ from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 
+from simulator.synthetic import synthetic_events
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY
 from tally.settings import SiteSettings
 from tally.table_schemas import RAW_PAGEVIEWS_SCHEMA
 from tally.vitals import VITALS
-from traffic.synthetic import synthetic_events
 
 # Core Web Vitals and scroll depth (test_vitals_query.py): two UTC days of measured page views.
 # 5 March joins the demo site's days to the time-zone sites': a backfill replaces each run of

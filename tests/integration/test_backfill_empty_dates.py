@@ -23,10 +23,10 @@ import jobs.delta_sink
 import jobs.write_pool
 from jobs.backfill import backfill
 from ops.job_commands import run_backfill
+from simulator.synthetic import synthetic_events
 from tally.settings import Settings
 from tally.tables import BACKFILL_VIEWS, SESSIONS, TRAFFIC_1D, TRAFFIC_1M, ViewSpec
 from tests.integration.views_support import write_raw
-from traffic.synthetic import synthetic_events
 
 DAYS = [dt.date(2026, 1, 1), dt.date(2026, 1, 2), dt.date(2026, 1, 3)]
 SITES = ("a.test", "b.test")

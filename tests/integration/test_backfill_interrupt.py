@@ -27,10 +27,10 @@ from deltalake import DeltaTable
 
 from jobs.backfill import backfill
 from ops.job_commands import INTERRUPTED
+from simulator.synthetic import synthetic_events
 from tally.settings import Settings
 from tally.tables import BACKFILL_VIEWS, ViewSpec
 from tests.integration.views_support import at_home, keyed, view, write_raw
-from traffic.synthetic import synthetic_events
 
 DAYS = [dt.date(2026, 3, 1), dt.date(2026, 3, 2), dt.date(2026, 3, 3)]
 WITH_EVENTS = [DAYS[0], DAYS[2]]  # DAYS[1] has none: each view's dates are two runs

@@ -27,8 +27,8 @@ from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.keys import create_key, revoke_key
+from simulator.synthetic import synthetic_events
 from tally.settings import PROJECT_ROOT, Settings, load_settings
-from traffic.synthetic import synthetic_events
 
 SITE, OTHER = "demo.tally.local", "limited.tally.test"  # the sites of conf/test.yaml
 WHOLE = ["2026-03-01", "2026-03-03"]

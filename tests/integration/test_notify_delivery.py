@@ -33,13 +33,13 @@ from ops.stack import free_ports
 from query.aggregates import Aggregates, Range
 from query.freshness import views_lag
 from query.sources import Sources
+from simulator.synthetic import synthetic_events
 from tally.settings import AlertRuleSettings, NotifySettings, ReportSubscription, Settings, SmtpSettings
 from tally.storage import append_rows
 from tally.table_schemas import QUALITY_PARTITIONS_SCHEMA
 from tally.tables import QUALITY_PARTITIONS
 from tests.integration.views_support import MARCH_SITE, copy_warehouse, write_raw
 from tests.unit.test_notify_escaping import hostile_report
-from traffic.synthetic import synthetic_events
 
 SITE = MARCH_SITE
 LIMIT = dt.timedelta(minutes=10)  # alerts.lag_minutes

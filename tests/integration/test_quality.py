@@ -33,11 +33,11 @@ from quality.checks import run_checks
 from quality.contracts import CHECKED_TABLES
 from quality.findings import KAFKA_RAW, RAW_VIEWS, Finding, mismatches
 from quality.store import read_audits, read_results
+from simulator.synthetic import synthetic_events
 from tally.quarantine import quarantined
 from tally.settings import Settings
 from tally.table_schemas import RAW_REJECTED_SCHEMA, raw_pageviews_schema
 from tests.integration.views_support import isolated_settings, produce, write_raw
-from traffic.synthetic import synthetic_events
 
 START = dt.datetime(2026, 1, 10, 22, 0, tzinfo=dt.UTC)
 DAY1, DAY2 = START.date(), START.date() + dt.timedelta(days=1)

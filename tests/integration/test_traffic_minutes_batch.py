@@ -18,8 +18,8 @@ from pyspark.sql import functions as F
 
 from jobs import traffic
 from jobs.views import VIEW_FIELDS, with_event_ts
+from simulator.synthetic import synthetic_events
 from tally.dimensions import TRAFFIC_DIMENSION_NAMES
-from traffic.synthetic import synthetic_events
 
 START = dt.datetime(2026, 4, 6, 23, 50, tzinfo=dt.UTC)  # over midnight
 

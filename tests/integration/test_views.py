@@ -27,6 +27,7 @@ from jobs.backfill import backfill
 from jobs.backfill_raw import raw_events, raw_rows
 from jobs.streaming import ViewJob, start
 from ops.job_commands import run_backfill
+from simulator.synthetic import synthetic_events
 from tally.settings import Settings
 from tally.sketches import digest_from_values, digest_quantiles, union_estimate
 from tally.tables import (
@@ -43,7 +44,6 @@ from tally.tables import (
     ViewSpec,
 )
 from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw
-from traffic.synthetic import synthetic_events
 
 START = dt.datetime(2026, 1, 10, 22, 30, tzinfo=dt.UTC)
 SITE = "demo.tally.local"

@@ -18,12 +18,12 @@ import pytest
 
 from jobs.backfill import backfill
 from ops.processes import Service, Supervisor
+from simulator.synthetic import synthetic_events
 from tally.settings import Settings
 from tally.tables import ACTIVE_5M, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
 from tests.faults.reconcile import view_pageviews
 from tests.integration.conftest import wait_for
 from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw
-from traffic.synthetic import synthetic_events
 
 START = dt.datetime(2026, 2, 3, 9, 0, tzinfo=dt.UTC)
 SITE = "demo.tally.local"

@@ -24,13 +24,13 @@ import pytest
 
 from jobs.backfill import backfill
 from jobs.streaming import start
+from simulator.synthetic import synthetic_events
 from tally.dimensions import ALL, NONE_VALUE
 from tally.settings import Settings
 from tally.sketches import digest_count, digest_quantiles
 from tally.tables import VITALS_1H
 from tally.vitals import BANDS, REPORTED_QUANTILE, SCROLL_DEPTH_COLUMN, VITALS, VITALS_DIMENSIONS, VITALS_TYPE
 from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw
-from traffic.synthetic import synthetic_events
 
 START = dt.datetime(2026, 3, 2, 9, 0, tzinfo=dt.UTC)
 SITE = "vitals.tally.local"

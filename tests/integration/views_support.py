@@ -17,10 +17,10 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from deltalake import DeltaTable, write_deltalake
 
+from simulator.synthetic import synthetic_events
 from tally.schema import FIELDS
 from tally.settings import Settings
 from tally.sketches import digest_quantiles, union_estimate
-from traffic.synthetic import synthetic_events
 
 # The shared report data set (the session fixture ``march``): a site's synthetic traffic of four
 # days, every view backfilled once for the dashboard, API and notify tests.

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pytest
 
 from jobs.backfill import backfill
+from simulator.synthetic import synthetic_events
 from tally.settings import Settings
 from tally.tables import ACTIVE_5M, RATELIMIT, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D, VISITS_1H
 from tests.integration.views_support import isolated_settings, write_raw
 from tests.scale.spark_cluster import SparkCluster, spark_cluster
-from traffic.synthetic import synthetic_events
 
 START = dt.datetime(2026, 2, 3, 23, 0, tzinfo=dt.UTC)  # the visits cross midnight
 FIRST, LAST = START.date(), START.date() + dt.timedelta(days=1)

@@ -11,9 +11,9 @@ from deltalake import DeltaTable, write_deltalake
 
 import bench.dashboard
 from bench.dashboard import RawScans, raw_scans, timed
+from simulator.synthetic import synthetic_events
 from tally.settings import Settings, load_settings
 from tally.storage import open_table
-from traffic.synthetic import synthetic_events
 
 
 def test_the_first_answer_is_reported_alone_and_the_warm_sample_leaves_it_out(

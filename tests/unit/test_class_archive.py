@@ -67,7 +67,7 @@ def test_setup_moves_an_archive_into_place_only_when_its_writer_succeeded(
         Path(command[-1]).write_bytes(b"half" if code else b"whole")  # a failed writer may leave part of one
         return subprocess.CompletedProcess(command, code, "", "the JVM died" if code else "")
 
-    monkeypatch.setattr(bootstrap.subprocess, "run", writer)
+    monkeypatch.setattr(subprocess, "run", writer)
     assert bootstrap.class_archive() is None and not target.exists(), "a failed writer: no archive"
     assert list(target.parent.iterdir()) == [], "and no partial file left"
     stale = [target.parent / f"{jvm.CLASS_ARCHIVE_PREFIX}old{n}.jsa" for n in range(5)]

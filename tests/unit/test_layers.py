@@ -28,7 +28,7 @@ PACKAGES = (
     "quality",
     "dashboard",
     "api",
-    "traffic",
+    "simulator",
     "notify",
     "bench",
     "tests",
@@ -51,7 +51,7 @@ def skeleton(tmp_path: Path, modules: dict[str, str]) -> Path:
     files = {
         "ops/cli.py": "import dashboard\nimport archiver\nimport tally\n",
         "tally/__main__.py": "from ops.cli import main\n",
-        "traffic/__main__.py": "from ops.cli import main\n",
+        "simulator/__main__.py": "from ops.cli import main\n",
         **modules,
     }
     for path, source in files.items():

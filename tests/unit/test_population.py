@@ -1,7 +1,7 @@
 import json
 
 from ingest.beacon import ParsedBody, parse_beacons
-from traffic.population import Population
+from simulator.population import Population
 
 
 def test_generated_beacons_are_valid_and_reproducible() -> None:
