@@ -1,1 +1,1 @@
-"""Traffic: a synthetic visitor population that sends beacons like real browsers would."""
+"""The simulator: a synthetic visitor population that sends beacons like real browsers would (`tally traffic`)."""

@@ -1,4 +1,4 @@
-"""Run the traffic generator until stopped: ``python -m traffic`` (see ``tally traffic --help``)."""
+"""Run the traffic generator until stopped: ``python -m simulator`` (see ``tally traffic --help``)."""
 
 from ops.cli import main
 

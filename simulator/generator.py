@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import httpx
 
+from simulator.population import Beacon, Population
 from tally.log import kv
 from tally.settings import Settings
-from traffic.population import Beacon, Population
 
 log = logging.getLogger("tally.traffic")
 

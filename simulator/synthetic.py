@@ -1,6 +1,6 @@
 """Synthetic *enriched* events in bulk, column by column (numpy -> Arrow), for tests and benches.
 
-``traffic.generator`` sends realistic beacons through ingest; this module skips ingest and
+``simulator.generator`` sends realistic beacons through ingest; this module skips ingest and
 builds what ingest would have produced, fast enough for 10M-event backfill benchmarks.
 Seeded, so the same call gives the same events. Visits are modelled: each has a visitor,
 1..N page views a minute or so apart, engagement after most page views, a few custom events.
