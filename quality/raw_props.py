@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from quality.findings import RAW_VIEWS, SKETCHES, Finding, backfill_hint, examples
-from quality.raw_views import late_arrivals, mismatch_cause, plural, recorded_late_since
+from quality.raw_views import explain_mismatch, late_arrivals, plural, recorded_late_since
 from tally.dimensions import NONE_VALUE
 from tally.sketches import union_estimate
 from tally.tables import PROPS_1D, RAW_PAGEVIEWS
@@ -115,18 +115,16 @@ def reconcile_raw_props(data: PropsInput) -> list[Finding]:
 
 
 def _explain(f: Finding, differ: pd.DataFrame, arrived_late: int, recorded: int, data: PropsInput) -> Finding:
-    assert f.date is not None and f.expected is not None and f.actual is not None, "a dated count"
     rows = f"; {plural(len(differ), 'row')} differ{'s' if len(differ) == 1 else ''}: {_shown(differ)}"
-    cause, hint = mismatch_cause(
-        f.date,
-        short=f.actual < f.expected,
+    return explain_mismatch(
+        f,
         arrived_late=arrived_late,
         recorded=recorded,
         watermark=data.watermark,
         noun="custom event",
-        parts_differ="the sums agree but rows do not" if f.actual == f.expected else "",
+        parts_differ="the sums agree but rows do not",
+        detail=rows,
     )
-    return Finding(f.check, f.name, f.subject, f.date, f.expected, f.actual, False, f.message + rows + cause, hint)
 
 
 def _not_in_raw(day: dt.date, extra: pd.DataFrame, bots: set[tuple[object, ...]]) -> Finding:

@@ -186,30 +186,37 @@ def late_cause(day: dt.date, arrived_late: int, recorded: int, watermark: dt.tim
     return cause, hint
 
 
-def mismatch_cause(
-    day: dt.date,
+def explain_mismatch(
+    f: Finding,
     *,
-    short: bool,
     arrived_late: int,
     recorded: int,
     watermark: dt.timedelta,
     noun: str,
+    short: bool | None = None,
     missing: str = "",
     parts_differ: str = "",
-) -> tuple[str, str]:
-    """The message suffix and the hint of a view's count that differs from raw's, by its likely
-    cause: short with late events (``noun``: what arrived late), short, totals that agree while
-    their parts do not (``parts_differ`` says which, and is empty when the check has no parts), or
-    more than raw holds; ``missing``: what a short view misses (``noun`` in the plural unless given).
-    Every reconciliation of a view with raw explains its mismatches here."""
+    detail: str = "",
+) -> Finding:
+    """A dated mismatch of a view's count with raw's, failed, its message given ``detail`` and its
+    likely cause, and the hint of the command that fixes it. The causes: short with late events
+    (``noun``: what arrived late), short (``short``: the view counts less than raw, by default
+    ``actual < expected``), totals that agree while their parts do not (``parts_differ`` says
+    which; empty when the check has no parts), or more than raw holds; ``missing``: what a short
+    view misses (``noun`` in the plural unless given). Every reconciliation of a view with raw
+    explains its mismatches here."""
+    assert f.date is not None and f.expected is not None and f.actual is not None, "a dated count"
+    day, short = f.date, f.actual < f.expected if short is None else short
     if short and (arrived_late or recorded):
-        return late_cause(day, arrived_late, recorded, watermark, noun)
-    if short:
-        return f"; the view misses {missing or noun + 's'} of {RAW_PAGEVIEWS}", backfill_hint(day)
-    if parts_differ:
-        return f"; {parts_differ}: the view was changed", backfill_hint(day)
-    cause = f"; the view counts more than {RAW_PAGEVIEWS} holds: rows lost from raw after the view was computed"
-    return cause + f" (see {KAFKA_RAW}), or the view was changed", backfill_hint(day)
+        cause, hint = late_cause(day, arrived_late, recorded, watermark, noun)
+    elif short:
+        cause, hint = f"; the view misses {missing or noun + 's'} of {RAW_PAGEVIEWS}", backfill_hint(day)
+    elif parts_differ and f.actual == f.expected:
+        cause, hint = f"; {parts_differ}: the view was changed", backfill_hint(day)
+    else:
+        cause = f"; the view counts more than {RAW_PAGEVIEWS} holds: rows lost from raw after the view was computed"
+        cause, hint = cause + f" (see {KAFKA_RAW}), or the view was changed", backfill_hint(day)
+    return replace(f, ok=False, message=f.message + detail + cause, hint=hint)
 
 
 def _explain(findings: Sequence[Finding], data: ViewsInput, pageviews: pd.DataFrame) -> list[Finding]:
@@ -222,14 +229,15 @@ def _explain(findings: Sequence[Finding], data: ViewsInput, pageviews: pd.DataFr
             continue
         short = f.actual > 0 if f.name == "page views without a visit" else f.actual < f.expected
         arrived_late, recorded = late.get(f.date, 0), recorded_late_since(data.late_events, f.date)
-        cause, hint = mismatch_cause(
-            f.date,
-            short=short,
-            arrived_late=arrived_late,
-            recorded=recorded,
-            watermark=data.watermark,
-            noun="page view",
-            missing="events",
+        explained.append(
+            explain_mismatch(
+                f,
+                short=short,
+                arrived_late=arrived_late,
+                recorded=recorded,
+                watermark=data.watermark,
+                noun="page view",
+                missing="events",
+            )
         )
-        explained.append(replace(f, message=f.message + cause, hint=hint))
     return explained

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from quality.findings import RAW_VIEWS, Finding, examples
-from quality.raw_views import late_arrivals, mismatch_cause, recorded_late_since, reportable
+from quality.raw_views import explain_mismatch, late_arrivals, recorded_late_since, reportable
 from tally.tables import RAW_PAGEVIEWS, VITALS_1H
 from tally.vitals import (
     BANDS,
@@ -140,14 +140,11 @@ def _explain(f: Finding, arrived_late: int, data: VitalsInput) -> Finding:
     """A mismatch with its likely cause and the command that fixes it."""
     if f.ok or f.date is None or f.expected is None or f.actual is None:
         return f
-    recorded = recorded_late_since(data.late_events, f.date)
-    cause, hint = mismatch_cause(
-        f.date,
-        short=f.actual < f.expected,
+    return explain_mismatch(
+        f,
         arrived_late=arrived_late,
-        recorded=recorded,
+        recorded=recorded_late_since(data.late_events, f.date),
         watermark=data.watermark,
         noun="vitals beacon",
-        parts_differ="the totals agree but the parts do not" if f.actual == f.expected else "",
+        parts_differ="the totals agree but the parts do not",
     )
-    return Finding(f.check, f.name, f.subject, f.date, f.expected, f.actual, False, f.message + cause, hint)

@@ -23,6 +23,7 @@ from ops.processes import Running, Service, Supervisor
 from ops.stack import services, stack_env
 from tally.settings import Settings, load_settings
 from tests.integration.conftest import wait_for
+from tests.support.stacks import OnStack
 
 SERVICES = ("broker", "ingest", "archiver", "views")
 
@@ -43,7 +44,7 @@ def settings_from(env: dict[str, str]) -> Iterator[Settings]:
 
 
 @dataclass
-class FaultStack:
+class FaultStack(OnStack):
     """The running services of one test, and the faults that can be done to them."""
 
     home: Path
@@ -52,17 +53,9 @@ class FaultStack:
     supervisor: Supervisor
 
     @property
-    def site(self) -> str:
-        return self.settings.sites[0].site_id
-
-    @property
     def other_site(self) -> str:
         """conf/test.yaml's second site: not the one the fault tests reconcile."""
         return self.settings.sites[1].site_id
-
-    @property
-    def ingest_url(self) -> str:
-        return f"http://127.0.0.1:{self.settings.ingest.port}"
 
     def service(self, name: str) -> Service:
         return services(self.settings, self.env)[name]

@@ -39,6 +39,7 @@ from tests.integration.conftest import wait_for
 from tests.scale.jobs import settings_for
 from tests.scale.kafka_cluster import KafkaCluster, cluster_nodes, kafka_cluster
 from tests.scale.load import USER_AGENT
+from tests.support.stacks import OnStack
 
 
 @dataclass(frozen=True)
@@ -129,18 +130,10 @@ def ingest_counter(metrics_port: int, sample: str) -> float:
 
 
 @dataclass(frozen=True)
-class Replicated:
+class Replicated(OnStack):
     settings: Settings
     cluster: KafkaCluster
     supervisor: Supervisor
-
-    @property
-    def site(self) -> str:
-        return self.settings.sites[0].site_id
-
-    @property
-    def ingest_url(self) -> str:
-        return f"http://127.0.0.1:{self.settings.ingest.port}"
 
 
 @pytest.fixture
