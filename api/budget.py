@@ -2,7 +2,7 @@
 
 A raw question (:func:`api.answering.may_read_raw`) reads and sessionises a range's events in a
 DuckDB of its own, which may take its slot's memory (``api.raw_memory`` / ``api.raw_slots``) and
-two threads. Without a bound, the 40 threads of Starlette's pool each ran one: six 400-day
+``api.raw_threads`` threads. Without a bound, the 40 threads of Starlette's pool each ran one: six 400-day
 questions of one key, with four dimensions and a ``matches`` filter, ran at once, each with up to
 2 GB. Here at most ``slots`` run at once, at most ``per_key`` of them one key's. A question waits
 up to ``wait_seconds`` for a slot (one held is often given back within that: a filtered question

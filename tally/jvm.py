@@ -93,9 +93,10 @@ def spark_jars(*, object_store: bool = False) -> list[str]:
 
 # The class-data archive of Spark's driver JVM (JDK CDS, JEP 350): the classes a Spark job loads,
 # parsed and verified once by `tally setup` and mapped by every later driver JVM instead of loaded
-# from the jars again. A Spark session and a small Delta job took 20-22 s with it against 30-33 s
-# without (bench.jvm_start measures it). One per JDK and set of jars (its name is their digest),
-# kept beside uv's download in the user's cache, so a fresh clone or a new TALLY_HOME reuses it.
+# from the jars again. A Spark session and a small Delta job took 23.0 s with it against 32.0 s
+# without (medians of 6 processes each, bench.jvm_start). One per JDK and set of jars (its name is
+# their digest), kept beside uv's download in the user's cache, so a fresh clone or a new
+# TALLY_HOME reuses it.
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tally"
 CLASS_ARCHIVES = CACHE_DIR / "class-archives"
 CLASS_ARCHIVE_PREFIX = "spark-driver-"
