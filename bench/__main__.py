@@ -32,6 +32,7 @@ from bench import (
     stack,
     traffic_merge,
     views,
+    visits_operator,
 )
 from bench.markdown import DOCUMENT, write
 from bench.report import Benchmark, load_records, run_benchmark, save_records
@@ -213,6 +214,17 @@ BENCHMARKS.append(
         variants=jvm_start.VARIANTS,
         note=jvm_start.NOTE,
     )
+)
+BENCHMARKS.append(
+    Benchmark(
+        "visits-operator",
+        "Keeping visits in the stream: a micro-batch of each candidate operator, side by side",
+        visits_operator.measure,
+        f"{PY} bench.visits_operator",
+        runs=1,
+        variants=visits_operator.CANDIDATES,
+        note=visits_operator.NOTE,
+    ),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 ON_REQUEST = {"soak", "backfill-floor"}  # not part of a plain `make bench`

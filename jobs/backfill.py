@@ -34,6 +34,7 @@ from tally.spans import spark_interval
 from tally.tables import (
     ACTIVE_5M,
     BACKFILL_VIEWS,
+    EVENTS,
     PROPS_1D,
     RATELIMIT,
     SESSIONS,
@@ -157,6 +158,7 @@ ROLL_UPS: dict[ViewSpec, tuple[ViewSpec, Callable[[DataFrame], DataFrame]]] = {
     TRAFFIC_1H: (TRAFFIC_1M, lambda minutes: traffic.roll_up(minutes, "hour")),
     TRAFFIC_1D: (TRAFFIC_1H, lambda hours: traffic.roll_up(hours, "day")),
     ACTIVE_5M: (TRAFFIC_1M, traffic.active_visitors),
+    EVENTS: (SESSIONS, sessions.visit_events),
     VISITS_1H: (SESSIONS, lambda visits: sessions.visits(visits, "hour")),
     VISITS_1D: (SESSIONS, lambda visits: sessions.visits(visits, "day")),
 }

@@ -24,7 +24,7 @@ from jobs.rollups import ViewRollups, days_between, read_range, truncate
 from tally.log import kv
 from tally.settings import Settings
 from tally.site_registry import SiteRegistry
-from tally.tables import PROPS_1D, RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H, VITALS_1H, ViewSpec
+from tally.tables import EVENTS, PROPS_1D, RATELIMIT, SESSIONS, TRAFFIC_1M, VISITS_1D, VISITS_1H, VITALS_1H, ViewSpec
 
 log = logging.getLogger("tally.jobs.streaming")
 
@@ -146,6 +146,8 @@ def write_sessions(settings: Settings) -> BatchWriter:
             return
         sites, lo, hi = touched.sites, touched.first, touched.last
         upsert(batch, SESSIONS, settings, dates=days_between(lo, hi), within=("session_start", lo, hi))
+        events = sessions.visit_events(batch)
+        upsert(events, EVENTS, settings, dates=days_between(lo, hi), within=("visit_start", lo, hi))
         for grain, spec, step in (("hour", VISITS_1H, dt.timedelta(hours=1)), ("day", VISITS_1D, dt.timedelta(days=1))):
             first, last = truncate(lo, grain), truncate(hi, grain) + step
             span = read_range(SESSIONS, settings, spark, sites, first, last, "session_start")

@@ -63,8 +63,10 @@ def upsert(
     caller knows them, saves a pass over the batch to find its partitions. ``within`` =
     (key column, lo, hi), when every batch row has ``lo <= column <= hi``, lets Delta skip the
     files of the day whose range of that column lies outside: a micro-batch touching the last
-    minutes then reads a few files instead of the whole day's.
+    minutes then reads a few files instead of the whole day's. Columns the view only carries
+    (``spec.carried``) are not written.
     """
+    batch = batch.drop(*spec.carried)
     spark = batch.sparkSession
     uri = settings.table_uri(spec.table)
     if dates is None:
@@ -163,7 +165,9 @@ def straddling_from(
 def replace_dates(
     rows: DataFrame, spec: ViewSpec, settings: Settings, *, start: dt.date, end: dt.date, site_id: str | None
 ) -> None:
-    """Atomically replace the view's rows for dates ``start..end`` (and one site, if given)."""
+    """Atomically replace the view's rows for dates ``start..end`` (and one site, if given); columns
+    the view only carries (``spec.carried``) are not written."""
+    rows = rows.drop(*spec.carried)
     condition = f"{spec.partition_by} >= '{start.isoformat()}' AND {spec.partition_by} <= '{end.isoformat()}'"
     if site_id is not None:
         condition += f" AND site_id = '{site_id.replace(chr(39), chr(39) * 2)}'"

@@ -26,7 +26,7 @@ from ops.systemd import run as run_systemd
 from tally.jvm import SetupError
 from tally.log import setup_logging
 from tally.settings import Settings, SettingsError, load_settings
-from tally.tables import SESSIONS
+from tally.tables import VISITOR_VIEWS
 
 log = logging.getLogger("tally")
 
@@ -138,14 +138,16 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
                     settings, start=start, end=end, site_id=args.site, dry_run=False, allow_empty=True, progress=False
                 )
                 code = code or rebuilt
-            removed = vacuum_now(settings, SESSIONS.table)
-            print(f"agg.sessions: {removed} files removed from storage")
+            for view in VISITOR_VIEWS:
+                removed = vacuum_now(settings, view.table)
+                print(f"{view.table}: {removed} files removed from storage")
     finally:
         for name in paused:
             supervisor.start(services(settings)[name])
     print(
         f"Kafka still holds these events until its retention ({settings.kafka.retention_hours} h) expires;"
-        " the log cannot delete single records. Aggregates other than agg.sessions hold no visitor ids."
+        " the log cannot delete single records. Views other than"
+        f" {' and '.join(view.table for view in VISITOR_VIEWS)} hold no visitor ids."
     )
     return code
 

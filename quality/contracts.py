@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tally.deadletter import FAILURE_KINDS
-from tally.dimensions import ALL, TRAFFIC_DIMENSION_NAMES, VISIT_DIMENSION_NAMES
+from tally.dimensions import ALL, AUDIENCE_DIMENSIONS, TRAFFIC_DIMENSION_NAMES, VISIT_DIMENSION_NAMES, visit_column
 from tally.schema import EVENT_TYPES, FIELDS, RAW_EXTRA_FIELDS
 from tally.settings import QualitySettings
 from tally.tables import (
     ACTIVE_5M,
     ALL_VIEWS,
+    EVENTS,
     LATE_EVENTS,
     PROPS_1D,
     RATELIMIT,
@@ -277,6 +278,26 @@ def _sessions(q: QualitySettings) -> Contract:
     )
 
 
+def _events() -> Contract:
+    audience = ", ".join(f"{c} STRING, {visit_column(c)} STRING" for c in AUDIENCE_DIMENSIONS)
+    return Contract(
+        table=EVENTS.table,
+        partition_by="event_date",
+        columns=_ddl(
+            "site_id STRING, visitor_id STRING, event_id STRING, event_ts TIMESTAMP, type STRING, name STRING,"
+            f" path STRING, engagement_ms BIGINT, visit_id STRING, visit_seq INT, visit_start TIMESTAMP,"
+            f" {visit_column('entry_page')} STRING, {audience}, event_date DATE"
+        )
+        | {"props": "map<string,string>"},
+        keys=EVENTS.keys,
+        not_null=_names("visitor_id event_ts type visit_id visit_seq"),
+        # The first event of a visit is its place 1; no event comes before its visit's start.
+        ranges=(Range("visit_seq", 1), Range("visit_offset_seconds", 0)),
+        day_column=("visit_start", "timestamp"),
+        differences=(Difference("visit_offset_seconds", "event_ts", "visit_start"),),
+    )
+
+
 def _visits(table: str, seconds: int) -> Contract:
     return Contract(
         table=table,
@@ -406,6 +427,7 @@ def contracts(q: QualitySettings) -> dict[str, Contract]:
         _traffic(TRAFFIC_1D.table, 86400),
         _active_5m(),
         _sessions(q),
+        _events(),
         _visits(VISITS_1H.table, 3600),
         _visits(VISITS_1D.table, 86400),
         _ratelimit(),

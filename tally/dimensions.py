@@ -25,6 +25,14 @@ VISIT_DIMENSIONS: dict[str, str] = {
     "exit_page": "exit_page",
     **{name: name for name in AUDIENCE_DIMENSIONS},
 }
+
+
+def visit_column(name: str) -> str:
+    """The agg.events column holding the visit's value of ``name`` (its entry page, its first
+    event's source …), beside the event's own ``name`` column."""
+    return f"visit_{name}"
+
+
 # Every dimension a traffic row can carry, and every one a visit row can.
 TRAFFIC_DIMENSION_NAMES = (ALL, *TRAFFIC_DIMENSIONS, EVENT)
 VISIT_DIMENSION_NAMES = (ALL, *VISIT_DIMENSIONS)

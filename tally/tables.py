@@ -27,6 +27,8 @@ class ViewSpec:
     table: str
     keys: tuple[str, ...]
     partition_by: str = "event_date"
+    # Columns the view's frame carries for a view derived from it, never written to its own table.
+    carried: tuple[str, ...] = ()
 
 
 WINDOW_KEYS = ("site_id", "window_start", "dimension", "value")
@@ -35,7 +37,12 @@ TRAFFIC_1M = ViewSpec("agg.traffic_1m", WINDOW_KEYS)
 TRAFFIC_1H = ViewSpec("agg.traffic_1h", WINDOW_KEYS)
 TRAFFIC_1D = ViewSpec("agg.traffic_1d", WINDOW_KEYS)
 ACTIVE_5M = ViewSpec("agg.active_5m", ("site_id", "window_start"))
-SESSIONS = ViewSpec("agg.sessions", ("site_id", "visitor_id", "session_start"))
+# A closed visit's frame carries its events (jobs/sessions.py), from which agg.events is written.
+SESSIONS = ViewSpec("agg.sessions", ("site_id", "visitor_id", "session_start"), carried=("visit_events",))
+# One row per event of a closed visit: the event's own columns, and its visit's id, place and
+# attributes; partitioned, as agg.sessions, by the UTC date of the visit's start, so a backfill of a
+# date writes its visits' events whole.
+EVENTS = ViewSpec("agg.events", ("site_id", "visit_start", "event_id"))
 VISITS_1H = ViewSpec("agg.visits_1h", WINDOW_KEYS)
 VISITS_1D = ViewSpec("agg.visits_1d", WINDOW_KEYS)
 RATELIMIT = ViewSpec("agg.ratelimit", ("site_id", "client_hash", "window_start"))
@@ -52,6 +59,7 @@ BACKFILL_VIEWS = (
     TRAFFIC_1D,
     ACTIVE_5M,
     SESSIONS,
+    EVENTS,
     VISITS_1H,
     VISITS_1D,
     RATELIMIT,
@@ -60,6 +68,8 @@ BACKFILL_VIEWS = (
 )
 # Every view; each has a data-quality contract (quality/contracts.py) that `tally check` applies.
 ALL_VIEWS = (*BACKFILL_VIEWS, LATE_EVENTS)
+# The views that hold visitor ids: forgetting a visitor rebuilds their dates and VACUUMs these now.
+VISITOR_VIEWS = (SESSIONS, EVENTS)
 # The traffic and visit tables by grain (the dashboard picks one by the range it shows).
 TRAFFIC_BY_GRAIN = {"minute": TRAFFIC_1M, "hour": TRAFFIC_1H, "day": TRAFFIC_1D}
 VISITS_BY_GRAIN = {"hour": VISITS_1H, "day": VISITS_1D}

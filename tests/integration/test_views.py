@@ -28,10 +28,12 @@ from jobs.backfill_raw import raw_events, raw_rows
 from jobs.streaming import ViewJob, start
 from ops.job_commands import run_backfill
 from simulator.synthetic import synthetic_events
+from tally.dimensions import AUDIENCE_DIMENSIONS, visit_column
 from tally.settings import Settings
 from tally.sketches import digest_from_values, digest_quantiles, union_estimate
 from tally.tables import (
     ACTIVE_5M,
+    EVENTS,
     LATE_EVENTS,
     PROPS_1D,
     RATELIMIT,
@@ -47,7 +49,7 @@ from tests.integration.views_support import assert_same_rows, isolated_settings,
 
 START = dt.datetime(2026, 1, 10, 22, 30, tzinfo=dt.UTC)
 SITE = "demo.tally.local"
-COMPARED = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1H, VISITS_1D, RATELIMIT, PROPS_1D)
+COMPARED = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, EVENTS, VISITS_1H, VISITS_1D, RATELIMIT, PROPS_1D)
 PLANS = ("free", "pro", "team")
 
 
@@ -154,6 +156,45 @@ def test_stream_computed_views_equal_a_backfill_of_the_same_raw_events(
 ) -> None:
     for batch in backfilled:  # the first backfill, and the rerun over its tables
         assert_same_rows(_only_site(streamed["stream"][spec]), _only_site(batch[spec]), spec.keys, spec.table)
+
+
+def _visits_by_pandas(events: pd.DataFrame, gap: dt.timedelta) -> pd.DataFrame:
+    """The truth for agg.events, computed apart from Spark: each human event with its visit's id,
+    its place in the visit and its visit's first-event attributes, for visits with a page view."""
+    humans = events[~events["is_bot"]].sort_values(["site_id", "visitor_id", "event_time", "event_id"])
+    humans = humans.drop_duplicates("event_id").copy()
+    by_visitor = humans.groupby(["site_id", "visitor_id"])["event_time"]
+    starts = by_visitor.diff().isna() | (by_visitor.diff() >= gap.total_seconds() * 1000)
+    humans["visit_no"] = starts.cumsum()
+    visit = humans.groupby("visit_no")
+    humans["visit_seq"] = visit.cumcount() + 1
+    # The first event's values, None included (groupby's "first" would skip a None).
+    firsts = humans[humans["visit_seq"] == 1].set_index("visit_no")
+    humans["visit_id"] = humans["visit_no"].map(firsts["event_id"])
+    for column in AUDIENCE_DIMENSIONS:
+        humans[visit_column(column)] = humans["visit_no"].map(firsts[column])
+    pageviews = humans["type"].eq("pageview").groupby(humans["visit_no"]).transform("sum")
+    return humans[pageviews > 0]
+
+
+def test_every_event_of_a_visit_carries_its_visits_id_place_and_attributes(streamed: dict[str, Any]) -> None:
+    iso: Settings = streamed["settings"]
+    truth = _visits_by_pandas(streamed["events"].to_pandas(), iso.spark.session_gap)
+    truth = truth[truth["site_id"] == SITE].set_index("event_id")
+    stored = _only_site(streamed["stream"][EVENTS]).set_index("event_id")
+    assert sorted(stored.index) == sorted(truth.index), "agg.events holds each event of a counted visit once"
+    columns = ["visitor_id", "visit_id", "visit_seq", *(visit_column(c) for c in AUDIENCE_DIMENSIONS)]
+    differing = [i for i in truth.index if list(stored.loc[i, columns]) != list(truth.loc[i, columns])]
+    assert not differing, f"{len(differing)} events differ, e.g. {differing[0]}: {stored.loc[differing[0], columns]}"
+    sessions = _only_site(streamed["stream"][SESSIONS])
+    first = stored[stored["visit_seq"] == 1]
+    assert len(first) == len(sessions)  # one first event a visit
+    entry = dict(
+        zip(zip(sessions["visitor_id"], sessions["session_start"], strict=True), sessions["entry_page"], strict=True)
+    )
+    assert all(entry[(row.visitor_id, row.visit_start)] == row.visit_entry_page for row in stored.itertuples()), (
+        "each event carries its visit's entry page"
+    )
 
 
 def test_views_drop_retried_duplicates_and_exclude_bots(streamed: dict[str, Any]) -> None:

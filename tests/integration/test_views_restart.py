@@ -20,7 +20,7 @@ from jobs.backfill import backfill
 from ops.processes import Service, Supervisor
 from simulator.synthetic import synthetic_events
 from tally.settings import Settings
-from tally.tables import ACTIVE_5M, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
+from tally.tables import ACTIVE_5M, EVENTS, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D
 from tests.faults.reconcile import view_pageviews
 from tests.integration.conftest import wait_for
 from tests.integration.views_support import assert_same_rows, isolated_settings, produce, view, write_raw
@@ -99,7 +99,8 @@ def test_views_killed_mid_batch_and_restarted_equal_a_backfill(
     finally:
         supervisor.stop("views-restart")
     streamed = {
-        spec: view(iso, spec.table) for spec in (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1D)
+        spec: view(iso, spec.table)
+        for spec in (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, EVENTS, VISITS_1D)
     }
     write_raw(iso, events)
     write_raw(iso, pa.Table.from_pylist([{**closer, "event_date": START.date()}], schema=events.schema))

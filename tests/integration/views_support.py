@@ -101,7 +101,8 @@ def view(settings: Settings, name: str) -> pd.DataFrame:
 
 def keyed(frame: pd.DataFrame, keys: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, Any]]:
     """Rows by key, for comparisons that name the differing row."""
-    rows = frame.to_dict("records")
+    # Missing values as None, so that two missing values compare equal (NaN != NaN).
+    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
     return {tuple(r[k] for k in keys): {k: v for k, v in r.items() if k not in keys} for r in rows}
 
 
@@ -114,4 +115,6 @@ def assert_same_rows(stream: pd.DataFrame, batch: pd.DataFrame, keys: tuple[str,
     differing = [k for k in by_stream if by_stream[k] != by_batch[k]]
     if differing:
         first = differing[0]
-        raise AssertionError(f"{table}: {len(differing)} rows differ; {first}: {by_stream[first]} != {by_batch[first]}")
+        stream_row, batch_row = by_stream[first], by_batch[first]
+        columns = {c: (stream_row[c], batch_row.get(c)) for c in stream_row if stream_row[c] != batch_row.get(c)}
+        raise AssertionError(f"{table}: {len(differing)} rows differ; {first}: (stream, backfill) {columns}")

@@ -17,14 +17,24 @@ import pytest
 from jobs.backfill import backfill
 from simulator.synthetic import synthetic_events
 from tally.settings import Settings
-from tally.tables import ACTIVE_5M, RATELIMIT, SESSIONS, TRAFFIC_1D, TRAFFIC_1H, TRAFFIC_1M, VISITS_1D, VISITS_1H
+from tally.tables import (
+    ACTIVE_5M,
+    EVENTS,
+    RATELIMIT,
+    SESSIONS,
+    TRAFFIC_1D,
+    TRAFFIC_1H,
+    TRAFFIC_1M,
+    VISITS_1D,
+    VISITS_1H,
+)
 from tests.integration.views_support import isolated_settings, write_raw
 from tests.scale.spark_cluster import SparkCluster, spark_cluster
 
 START = dt.datetime(2026, 2, 3, 23, 0, tzinfo=dt.UTC)  # the visits cross midnight
 FIRST, LAST = START.date(), START.date() + dt.timedelta(days=1)
 SITE = "demo.tally.local"
-VIEWS = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, VISITS_1H, VISITS_1D, RATELIMIT)
+VIEWS = (TRAFFIC_1M, TRAFFIC_1H, TRAFFIC_1D, ACTIVE_5M, SESSIONS, EVENTS, VISITS_1H, VISITS_1D, RATELIMIT)
 
 
 @pytest.fixture(scope="module")
