@@ -3,7 +3,8 @@
 Five queries, each reading top to bottom (source, named steps, sink):
 - traffic: 1-minute windows (update mode); the minutes it touches are rolled up into hours,
   days and 5-minute hopping windows by the main thread (``jobs/rollups.py``);
-- sessions: session windows, appended once closed, then the visits rollups they touch;
+- sessions: session windows, appended once closed with their events (``agg.sessions``,
+  ``agg.events``), then the visits rollups they touch;
 - rate limit: hourly page views per client, publishing blocks to ``ratelimit.blocks``;
 - props: custom event properties per day (update mode), ``agg.props_1d``;
 - vitals: Core Web Vitals and scroll depth per hour (update mode), ``agg.vitals_1h``.
