@@ -16,16 +16,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from typing import Any
 
 import duckdb
 
-from api.budget import NoSlot, RawBudget
+from api.budget import RETRY_AFTER_S, NoSlot, RawBudget
 from api.keys import ApiKey, keys_path, load_keys, verify
+from api.raw_workers import RawWorkers, WorkerLost
 from api.throttle import HourlyLimit
-from query.engine import fits_aggregates, run
+from query.engine import Answer, fits_aggregates, run
 from query.plausible import parse_site_query
 from query.raw_events import slot_limited
 from query.sources import Sources
@@ -90,6 +90,9 @@ class Answering:
         api = settings.api
         self.budget = RawBudget(slots=api.raw_slots, per_key=api.raw_slots_per_key, wait_seconds=api.raw_wait_seconds)
         self.slot_memory = f"{api.raw_slot_memory_bytes >> 20}MiB"  # DuckDB's memory_limit of a raw question
+        # Raw questions in worker processes (api.raw_workers, api.raw_in_processes), unless the caller
+        # gives its own sources (tests of the steps here): then in the calling thread, over those.
+        self.workers = RawWorkers(api.raw_slots) if api.raw_in_processes and sources is None else None
         self.sources = sources or Sources(settings)
 
     def authenticate(self, presented: str) -> ApiKey | None:
@@ -131,8 +134,9 @@ class Answering:
         if self.settings.site(query.site_id) is None:
             raise Refused(400, f"site {query.site_id!r} is not configured in Tally")
         try:
-            with self._raw_slot(key, query):
-                answer = run(query, self.sources)
+            answer = self._run(key, query)
+        except WorkerLost as e:
+            raise Refused(503, f"{e}; retry shortly", retry_after=RETRY_AFTER_S) from e
         except QueryError as e:
             raise Refused(400, str(e), part=e.part) from e
         except duckdb.OutOfMemoryException as e:  # past its slot's memory where the engine does not say so itself
@@ -147,20 +151,28 @@ class Answering:
         )
         return {"results": answer.results, "meta": answer.meta, "query": echo(query, body)}
 
-    @contextmanager
-    def _raw_slot(self, key: ApiKey, query: Query) -> Iterator[None]:
-        """While the block runs, a slot of the raw budget for a question raw events may answer (none
-        for one the views answer), its memory and ``api.raw_threads`` those of the DuckDB the question opens; given
-        back however the block ends. :class:`Refused` 429 or 503 if no slot comes free within
-        ``api.raw_wait_seconds``."""
+    def _run(self, key: ApiKey, query: Query) -> Answer:
+        """The answer of the views here, or of raw events in a slot of the raw budget (given back
+        however the question ends), where its DuckDB gets the slot's memory and ``api.raw_threads``
+        threads, in a worker process (:mod:`api.raw_workers`). :class:`Refused` 429 or 503 if no slot
+        comes free within ``api.raw_wait_seconds``."""
+        if not may_read_raw(query):
+            return run(query, self.sources)
+        threads = self.settings.api.raw_threads
         with ExitStack() as held:
-            if may_read_raw(query):
-                try:
-                    held.enter_context(self.budget.hold(key.key_id))
-                except NoSlot as e:
-                    raise self._busy(key, e) from e
-                held.enter_context(slot_limited(self.slot_memory, self.settings.api.raw_threads))
-            yield
+            try:
+                held.enter_context(self.budget.hold(key.key_id))
+            except NoSlot as e:
+                raise self._busy(key, e) from e
+            if self.workers is not None:
+                return self.workers.answer(query, self.settings, memory=self.slot_memory, threads=threads)
+            with slot_limited(self.slot_memory, threads):
+                return run(query, self.sources)
+
+    def close(self) -> None:
+        """Stop the raw question workers (the edge's shutdown)."""
+        if self.workers is not None:
+            self.workers.close()
 
     def _busy(self, key: ApiKey, full: NoSlot) -> Refused:
         """The refusal of a raw question no slot came free for: 429 when the key's own questions

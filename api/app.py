@@ -126,6 +126,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             yield
         finally:
             site_admin.close()
+            answering.close()  # the raw question workers
 
     app = Starlette(
         routes=[

@@ -159,4 +159,7 @@ def serve_stdio(settings: Settings, *, environ: Mapping[str, str] = os.environ) 
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     log.info("mcp serving on stdio", extra=kv(key=key.key_id, sites=",".join(key.sites)))
-    anyio.run(serve)
+    try:
+        anyio.run(serve)
+    finally:
+        answering.close()  # the raw question workers

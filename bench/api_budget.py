@@ -10,12 +10,15 @@ four dimensions, a ``matches`` filter, visit metrics), each sent again as soon a
 refused, as a client that ignores ``Retry-After`` would. Meanwhile the light key asks one simple
 question at a time (a week of one country's visitors and page views, answered from raw events:
 it needs a slot too), and its latency is timed. Disabled means what the API did before: a slot
-for every question (the server's 40 threads the only bound), each with 2 GB and 2 DuckDB threads.
+for every question (the server's 40 threads the only bound), each with 2 GB and 2 DuckDB threads,
+in the API's own threads; with the budget, each question runs in a worker process of its slot
+(``api.raw_in_processes``, the default).
 
 The two processes take turns, ABBA (disabled, budget, budget, disabled), each turn starting a new
 process that first answers a few light questions alone (a warm-up and the latency without load).
-A turn ends when the light key has its samples; the process is then killed (what it was still
-answering is not waited for). The API process's resident memory is sampled through the turn.
+A turn ends when the light key has its samples; the process and its workers are then killed (what
+they were still answering is not waited for). The resident memory of the API process and its
+workers together is sampled through the turn.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ HEAVY_AT_ONCE = 6
 NO_BUDGET, BUDGET = "no budget", "budget"
 VARIANTS = (NO_BUDGET, BUDGET)
 TURNS = (NO_BUDGET, BUDGET, BUDGET, NO_BUDGET)
-ALONE = 10  # light questions timed before the heavy ones start, after 2 not timed
+ALONE = 20  # light questions timed before the heavy ones start, after 2 not timed
 START_WAIT_S = 60  # for a new API process to answer /healthz
 # Disabled: as many slots as the server has threads and more, each with the 2 GB (1907 MiB) and the
 # 2 DuckDB threads a raw question had before the budget.
@@ -64,6 +67,7 @@ NO_BUDGET_ENV = {
     "TALLY_API__RAW_SLOTS_PER_KEY": str(UNBOUNDED_SLOTS),
     "TALLY_API__RAW_MEMORY": f"{UNBOUNDED_SLOTS * 1907}m",
     "TALLY_API__RAW_THREADS": "2",
+    "TALLY_API__RAW_IN_PROCESSES": "false",  # in the API's threads, as before the budget
 }
 NOTE = (
     "One run: two API processes take turns, ABBA (budget disabled, budget, budget, disabled), over the same raw"
@@ -73,10 +77,11 @@ NOTE = (
     " visit:country, visit:browser, event:page; a `matches` filter on the page; visitors, visits, bounce rate,"
     " page views), each sent again as soon as it is answered or refused, while the light key asks its question"
     " (7 days, one country's visitors and page views: a raw question, which needs a slot too) one at a time and"
-    " is timed. Budget: the defaults (see the figures' note). Disabled: a slot for every question, each with"
-    " 2 GB and 2 DuckDB threads, as before the budget. A turn ends when the light key has its samples, and its"
-    " process is killed; counts are over both turns of a variant. Resident memory: the API process's, sampled"
-    " every 0.2 s."
+    " is timed. Budget: the defaults (see the figures' note), each raw question in a worker process of its slot."
+    " Disabled: a slot for every question, each with 2 GB and 2 DuckDB threads, in the API's own threads, as"
+    " before the budget. A turn ends when the light key has its samples, and its process and workers are killed;"
+    " counts are over both turns of a variant. Resident memory: the API process's and its workers' together,"
+    " sampled every 0.2 s."
 )
 
 
@@ -155,9 +160,36 @@ def api_process(home: Path, env: dict[str, str], name: str) -> Iterator[tuple[st
                 time.sleep(0.2)
         yield f"{base}/api/v2/query", psutil.Process(process.pid)
     finally:
-        process.kill()  # what it was still answering is not waited for
+        # It and its raw question workers (which would end within a second, but may be answering a
+        # heavy question in the next turn's first second): what they were still answering is not waited for.
+        kill_tree(psutil.Process(process.pid))
         process.wait(timeout=30)
         log.close()
+
+
+def kill_tree(process: psutil.Process) -> None:
+    """Kill -9 a process and every process it started."""
+    try:
+        children = process.children(recursive=True)
+    except psutil.Error:
+        children = []
+    for each in [process, *children]:
+        try:
+            each.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(children, timeout=30)
+
+
+def tree_rss(process: psutil.Process) -> int:
+    """Resident memory of a process and every process it started (the API and its raw question workers)."""
+    total = process.memory_info().rss
+    for child in process.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
 
 
 def timed_post(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[int, float]:
@@ -196,7 +228,7 @@ def one_turn(home: Path, env: dict[str, str], name: str, keys: tuple[str, str], 
         def sample_memory() -> None:
             while not stop.wait(0.2):
                 try:
-                    turn.peak_rss = max(turn.peak_rss, process.memory_info().rss)
+                    turn.peak_rss = max(turn.peak_rss, tree_rss(process))
                 except psutil.Error:
                     return
 
@@ -263,10 +295,10 @@ def figures_of(variant: str, turns: list[Turn]) -> list[Figure]:
         Figure(f"heavy questions refused or failed otherwise ({variant})", others, "requests"),
         Figure(f"heavy question answered: p50 ({variant})", statistics.median(heavy_ms) if heavy_ms else 0.0, "ms"),
         Figure(
-            f"API process peak resident memory ({variant})",
+            f"API peak resident memory, workers included ({variant})",
             max(t.peak_rss for t in turns) / 2**20,
             "MiB",
-            baseline("API process peak resident memory"),
+            baseline("API peak resident memory, workers included"),
         ),
     ]
 
@@ -277,7 +309,7 @@ def measure(home: Path, quick: bool = False, *, events: int | None = None, sampl
     from api.keys import create_key
 
     events = events or (100_000 if quick else 200_000)
-    samples = samples or (3 if quick else 8)
+    samples = samples or (3 if quick else 20)
     os.environ.update(stack_env(home))  # the harness puts the environment back after the run
     os.environ |= {"TALLY_WAREHOUSE__PATH": str(home / "warehouse"), "TALLY_API__REQUESTS_PER_HOUR": str(10**9)}
     settings = load_settings()
@@ -310,7 +342,7 @@ def measure(home: Path, quick: bool = False, *, events: int | None = None, sampl
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.api_budget", description=__doc__)
     parser.add_argument("--events", type=int, default=200_000, help="synthetic events over the 400 days")
-    parser.add_argument("--samples", type=int, default=8, help="light questions timed under load per turn")
+    parser.add_argument("--samples", type=int, default=20, help="light questions timed under load per turn")
     parser.add_argument("--quick", action="store_true", help="100k events, 3 samples a turn (a smoke test)")
     args = parser.parse_args(argv)
     setup_logging()

@@ -115,6 +115,9 @@ class QueryError(ValueError):
         super().__init__(message)
         self.part = part
 
+    def __reduce__(self) -> tuple[type[QueryError], tuple[str, str]]:  # pickled back from a raw question's worker
+        return type(self), (self.part, str(self))
+
 
 @dataclass(frozen=True)
 class Filter:

@@ -503,6 +503,9 @@ class ApiSettings:
     raw_threads: int = 1
     raw_memory: str = "4g"
     raw_wait_seconds: float = 2.0
+    # Each raw question in a worker process of its own (api/raw_workers.py), so one key's heavy
+    # answers cannot hold the interpreter another key's question needs; false: in the API's threads.
+    raw_in_processes: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.port <= 65535:

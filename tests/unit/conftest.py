@@ -34,6 +34,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     of its own (autouse fixtures come first)."""
     monkeypatch.setenv("TALLY_HOME", str(tmp_path))
     monkeypatch.setenv("TALLY_ENV", "test")
+    # The unit tier's apps answer raw questions in their own threads, where a test can stand in for
+    # the engine; tests/unit/test_api_raw_workers.py and the integration tier run the worker processes.
+    monkeypatch.setenv("TALLY_API__RAW_IN_PROCESSES", "false")
     return tmp_path
 
 
