@@ -92,10 +92,19 @@ VISITORS_HELP = {
 
 
 def kpi_cards(current: Totals, previous: Totals | None, exact: bool) -> list[Card]:
-    """Six KPIs, each with its change versus the previous period."""
+    """Six KPIs, each with its change versus the previous period; a visit figure counting visits
+    still open is marked provisional (their bounce, duration and page views change until they close)."""
     before = previous
     rate = current.bounce_rate
     per_visit = current.views_per_visit
+    opened = current.open_visits
+    provisional = " (provisional)" if opened else ""
+    open_help = (
+        f"{opened:,} of these visits are still open: counted from their first event; their bounce,"
+        " duration and page views are provisional until they close (30 minutes without an event)."
+        if opened
+        else ""
+    )
     return [
         Card(
             "Unique visitors" + ("" if exact else " (≈)"),
@@ -104,22 +113,30 @@ def kpi_cards(current: Totals, previous: Totals | None, exact: bool) -> list[Car
             help=VISITORS_HELP[exact],
         ),
         Card("Page views", f"{current.pageviews:,}", _change(current.pageviews, before.pageviews if before else None)),
-        Card("Visits", f"{current.visits:,}", _change(current.visits, before.visits if before else None)),
         Card(
-            "Bounce rate",
+            "Visits",
+            f"{current.visits:,}",
+            _change(current.visits, before.visits if before else None),
+            help=open_help,
+        ),
+        Card(
+            "Bounce rate" + provisional,
             f"{rate:.0%}" if rate is not None else "–",
             _change(rate, before.bounce_rate if before else None),
             inverse=True,
+            help=open_help,
         ),
         Card(
-            "Visit duration",
+            "Visit duration" + provisional,
             _fmt_duration(current.avg_duration_s),
             _change(current.avg_duration_s, before.avg_duration_s if before else None),
+            help=open_help,
         ),
         Card(
-            "Views per visit",
+            "Views per visit" + provisional,
             f"{per_visit:.2f}" if per_visit is not None else "–",
             _change(per_visit, before.views_per_visit if before else None),
+            help=open_help,
         ),
     ]
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import pandas as pd
 import pyarrow as pa
@@ -21,12 +23,14 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from query.goals import Step
+from tally.dimensions import ALL, AUDIENCE_DIMENSIONS, NONE_VALUE, VISIT_DIMENSIONS
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.settings import Settings
 from tally.sketches import Estimate, digest_quantiles, merge_digests, union_estimate
 from tally.storage import arrow_dataset, open_table
 from tally.tables import ACTIVE_5M, PROPS_1D, TRAFFIC_1D, TRAFFIC_BY_GRAIN, VISITS_1D, VISITS_BY_GRAIN
 
+T = TypeVar("T")
 QUANTILES = (0.5, 0.9, 0.99)
 REFRESH_SECONDS = 5.0  # how stale a table snapshot may get before the next read reloads it
 # Daily tables are small (one row per site, day, dimension and value): each table version is read
@@ -59,6 +63,8 @@ class Totals:
     visit_pageviews: int
     engagement_ms: tuple[float, ...] | None  # p50, p90, p99 from merged t-digests; None = no data
     load_ms: tuple[float, ...] | None
+    # Of ``visits``, those still open (query.open_visits): their bounce, duration and page views may change.
+    open_visits: int = 0
 
     @property
     def bounce_rate(self) -> float | None:
@@ -81,8 +87,9 @@ class Aggregates:
         self.settings = settings
         self._tables: dict[str, tuple[DeltaTable, ds.Dataset, float, int]] = {}  # table, snapshot, read at, version
         self._memory: dict[str, tuple[int, pa.Table]] = {}
-        self._lock = threading.Lock()  # guards _locks only
+        self._lock = threading.Lock()  # guards _locks and _kept
         self._locks: dict[str, threading.Lock] = {}  # one per table: tables load side by side
+        self._kept: dict[tuple[str, ...], tuple[tuple[int | None, ...], object]] = {}  # guarded by _lock
 
     def _table_lock(self, name: str) -> threading.Lock:
         with self._lock:
@@ -118,6 +125,18 @@ class Aggregates:
             dataset = arrow_dataset(table)
             self._tables[name] = (table, dataset, time.monotonic(), table.version())
             return table.version(), dataset
+
+    def kept(self, key: tuple[str, ...], versions: tuple[int | None, ...], compute: Callable[[], T]) -> T:
+        """What ``compute()`` returned for ``key``, computed again only when the table ``versions`` it
+        was computed from have changed (shared by the page runs and threads of a process)."""
+        with self._lock:
+            held = self._kept.get(key)
+        if held is not None and held[0] == versions:
+            return cast(T, held[1])
+        value = compute()
+        with self._lock:
+            self._kept[key] = (versions, value)
+        return value
 
     def warm(self, name: str) -> None:
         """Open the table's snapshot ahead of its first read, and read it into memory when it is one
@@ -176,8 +195,9 @@ def totals(agg: Aggregates, site_id: str, days: Range) -> Totals:
     return totals_of(agg.traffic(site_id, days, "all"), agg.visits(site_id, days, "all"))
 
 
-def totals_of(traffic: pd.DataFrame, visits: pd.DataFrame) -> Totals:
-    """KPIs of ``all`` rows of the traffic and visit views, whatever windows they are."""
+def totals_of(traffic: pd.DataFrame, visits: pd.DataFrame, open_visits: int = 0) -> Totals:
+    """KPIs of ``all`` rows of the traffic and visit views, whatever windows they are; ``open_visits``:
+    how many of the visits the rows count are still open."""
     return Totals(
         pageviews=int(traffic["pageviews"].sum()),
         events=int(traffic["events"].sum()),
@@ -188,6 +208,7 @@ def totals_of(traffic: pd.DataFrame, visits: pd.DataFrame) -> Totals:
         visit_pageviews=int(visits["pageviews"].sum()),
         engagement_ms=_quantiles(traffic["engagement_ms_digest"]),
         load_ms=_quantiles(traffic["load_ms_digest"]),
+        open_visits=open_visits,
     )
 
 
@@ -195,8 +216,11 @@ def series(agg: Aggregates, site_id: str, days: Range, grain: str) -> pd.DataFra
     """Page views, ≈ visitors (with each bucket's relative 95% bound) and visits per hour or day
     (every bucket present, zeros included)."""
     suffix = "hour" if grain == "hour" else "day"
-    traffic = agg.traffic(site_id, days, "all", suffix)
-    visits = agg.visits(site_id, days, "all", suffix)
+    return series_of(agg.traffic(site_id, days, "all", suffix), agg.visits(site_id, days, "all", suffix), days, grain)
+
+
+def series_of(traffic: pd.DataFrame, visits: pd.DataFrame, days: Range, grain: str) -> pd.DataFrame:
+    """:func:`series` of ``all`` rows of the traffic and visit views of the grain (``hour``, else days)."""
     freq = "h" if grain == "hour" else "D"
     start = pd.Timestamp(days.start, tz="UTC")
     buckets = pd.date_range(start, pd.Timestamp(days.end, tz="UTC") + pd.Timedelta(days=1), freq=freq, inclusive="left")
@@ -206,8 +230,9 @@ def series(agg: Aggregates, site_id: str, days: Range, grain: str) -> pd.DataFra
     estimates = by_bucket["visitors_sketch"].map(lambda s: union_estimate([s]) if s else None)
     frame["visitors"] = estimates.map(lambda e: e.value if e else 0.0).reindex(buckets).fillna(0.0).round()
     frame["visitors_bound"] = estimates.map(lambda e: e.relative_error if e else 0.0).reindex(buckets).fillna(0.0)
-    visit_rows = visits.assign(window_start=pd.to_datetime(visits["window_start"], utc=True)).set_index("window_start")
-    frame["visits"] = visit_rows["visits"].reindex(buckets).fillna(0).astype(int)
+    # A window's row of the view, and a row of each open visit that started in it (query.open_visits).
+    per_window = visits.assign(window_start=pd.to_datetime(visits["window_start"], utc=True))
+    frame["visits"] = per_window.groupby("window_start")["visits"].sum().reindex(buckets).fillna(0).astype(int)
     return frame.rename_axis("time").reset_index()
 
 
@@ -345,27 +370,89 @@ def props(
     return shown[columns]
 
 
+VISIT_COLUMNS = ["window_start", "value", "visits", "bounces", "duration_ms", "pageviews"]
+# A visit as agg.sessions has it, the columns the reports read: the open visits' rows (query.open_visits).
+SESSION_COLUMNS = [
+    "session_start",
+    "bounce",
+    "duration_ms",
+    "pageviews",
+    "entry_page",
+    "exit_page",
+    *AUDIENCE_DIMENSIONS,
+]
+
+
+def visit_rows_of(sessions_rows: pd.DataFrame, dimension: str) -> pd.DataFrame:
+    """Rows of ``agg.sessions``' shape (closed visits, or the open ones of :mod:`query.open_visits`)
+    as visit-view rows of one dimension: one a visit, ``window_start`` its start."""
+    column = VISIT_DIMENSIONS.get(dimension)
+    value = sessions_rows[column].astype(object).where(sessions_rows[column].notna(), NONE_VALUE) if column else ""
+    return pd.DataFrame(
+        {
+            "window_start": sessions_rows["session_start"],
+            "value": value,
+            "visits": 1,
+            "bounces": sessions_rows["bounce"].astype(int),
+            "duration_ms": sessions_rows["duration_ms"],
+            "pageviews": sessions_rows["pageviews"],
+        },
+        columns=VISIT_COLUMNS,
+    )
+
+
+def with_rows(frame: pd.DataFrame, more: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` and ``more`` (rows of the same columns) as one frame."""
+    if more.empty:
+        return frame
+    return more.reset_index(drop=True) if frame.empty else pd.concat([frame, more], ignore_index=True)
+
+
+# The open visits of a report's site (sessions-shaped rows, query.open_visits), asked only when a
+# figure needs them; None: the report counts closed visits only.
+OpenVisits = Callable[[], pd.DataFrame] | None
+
+
 @dataclass(frozen=True)
 class AggregateReport:
     """The standard panels of one site and range, from the aggregate tables (same methods as
-    ``query.raw.RawQuery``, so the page does not care which one answers)."""
+    ``query.raw.RawQuery``, so the page does not care which one answers); visits still open, which
+    the views have not written yet, are added from ``open`` (:mod:`query.open_visits`)."""
 
     agg: Aggregates
     site_id: str
     days: Range
+    open: OpenVisits = None
     exact = False
 
+    def open_visits(self) -> pd.DataFrame:
+        """The site's open visits that started in the range (``agg.sessions``' shape)."""
+        rows = self.open() if self.open is not None else pd.DataFrame(columns=SESSION_COLUMNS)
+        if rows.empty:
+            return rows
+        started = rows["session_start"].dt.date
+        return rows[(started >= self.days.start) & (started <= self.days.end)]
+
+    def _visits(self, dimension: str, grain: str = "day") -> pd.DataFrame:
+        opened = visit_rows_of(self.open_visits(), dimension)
+        bucket = "h" if grain == "hour" else "D"  # the view's window of the grain the visit started in
+        opened["window_start"] = pd.to_datetime(opened["window_start"], utc=True).dt.floor(bucket)
+        return with_rows(self.agg.visits(self.site_id, self.days, dimension, grain), opened)
+
     def totals(self) -> Totals:
-        return totals(self.agg, self.site_id, self.days)
+        traffic = self.agg.traffic(self.site_id, self.days, "all")
+        return totals_of(traffic, self._visits(ALL), open_visits=len(self.open_visits()))
 
     def series(self, grain: str) -> pd.DataFrame:
-        return series(self.agg, self.site_id, self.days, grain)
+        suffix = "hour" if grain == "hour" else "day"
+        traffic = self.agg.traffic(self.site_id, self.days, "all", suffix)
+        return series_of(traffic, self._visits(ALL, suffix), self.days, grain)
 
     def top(self, dimension: str, limit: int = 10) -> pd.DataFrame:
         return top(self.agg, self.site_id, self.days, dimension, limit)
 
     def top_visits(self, dimension: str, limit: int = 10) -> pd.DataFrame:
-        return top_visits(self.agg, self.site_id, self.days, dimension, limit)
+        return top_visits_of(self._visits(dimension), limit)
 
     def goal(self, step: Step) -> Estimate:
         return goal_visitors(self.agg, self.site_id, self.days, step)

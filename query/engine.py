@@ -57,6 +57,7 @@ class Sources(VitalsSources, Protocol):
     def aggregate_report(self, site_id: str, start: dt.date, end: dt.date) -> Report: ...
     def exact(self, site_id: str) -> ExactQuery | None: ...
     def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str: ...
+    def open_visits(self, site_id: str, start: dt.date, end: dt.date) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def run(query: Query, sources: Sources) -> Answer:
     rows = _ordered(rows, query)
     meta: dict[str, Any] = {"source": source, "metrics": {m: _metric_meta(m, rows, source) for m in query.metrics}}
     meta["timezone"] = query.timezone  # the zone the dates and time buckets are the site's days and hours in
+    _mark_open_visits(query, sources, meta)
     if "visitors" in query.metrics or "percentage" in query.metrics:
         meta["visitors"] = sources.visitors_meaning(query.site_id, query.start, query.end)
     if source == "aggregates" and query.dimension is not None and query.dimension.name == "props":
@@ -119,6 +121,28 @@ def run(query: Query, sources: Sources) -> Answer:
     page = rows[query.offset : query.offset + query.limit]
     results = [_result(r, query.metrics) for r in page]
     return Answer(results, meta)
+
+
+def _mark_open_visits(query: Query, sources: Sources, meta: dict[str, Any]) -> None:
+    """Visit figures that count visits still open (:mod:`query.open_visits`) say so: ``open_visits``
+    in ``meta``, and each visit metric ``provisional``; a bounce rate, duration or views per visit is
+    not exact until they close (a visit's count is: it began, and counts once)."""
+    asked = [m for m in query.metrics if m in VISIT_METRICS]
+    if not asked:
+        return
+    still_open = sources.open_visits(query.site_id, query.start, query.end)
+    if not still_open:
+        return
+    meta["open_visits"] = still_open
+    for metric in asked:
+        info = meta["metrics"][metric]
+        info["provisional"] = True
+        if metric != "visits":
+            info["exact"] = False
+            info["method"] = (
+                f"{info.get('method', 'counted')}; {still_open} of the visits are still open: their bounce,"
+                " duration and page views are provisional until they close"
+            )
 
 
 def _rows(query: Query, sources: Sources) -> tuple[list[dict[str, Any]], str]:

@@ -13,11 +13,14 @@ import functools
 from collections.abc import Mapping
 from typing import Final
 
+import pandas as pd
 import pyarrow.dataset as ds
 
 from query.aggregates import AggregateReport, Aggregates, Range
 from query.exact import ExactQuery
 from query.goals import Step
+from query.open_visits import empty as empty_open_visits
+from query.open_visits import open_visits, tail_span
 from query.raw import API_FILTERS, RawQuery
 from query.report import Report, VitalsReport
 from query.site_time import UTC, LocalDays, is_utc
@@ -27,7 +30,7 @@ from query.zoned import ZonedReport, ZonedVitals
 from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
 from tally.storage import arrow_dataset, find_table
-from tally.tables import RAW_PAGEVIEWS
+from tally.tables import EVENTS, RAW_PAGEVIEWS
 
 NO_SITE: Final = ""
 """The site of a question nothing can match (filters before the archiver has written any raw event).
@@ -47,6 +50,28 @@ class Sources:
     def __init__(self, settings: Settings, aggregates: Aggregates | None = None) -> None:
         self.settings = settings
         self.aggregates = aggregates or Aggregates(settings)
+
+    def open_visit_rows(self, site_id: str) -> pd.DataFrame:
+        """The site's visits still open (:mod:`query.open_visits`), read again only when raw.pageviews
+        or agg.events has a new version (the snapshots the aggregate reads keep, refreshed every few seconds)."""
+        raw = self.aggregates.snapshot(RAW_PAGEVIEWS)
+        if raw is None:
+            return empty_open_visits()
+        events = self.aggregates.snapshot(EVENTS.table)
+        versions = (raw[0], events[0] if events is not None else None)
+        read = functools.partial(
+            open_visits,
+            raw[1],
+            events[1] if events is not None else None,
+            site_id,
+            span=tail_span(self.settings),
+            gap_ms=session_gap_ms(self.settings),
+        )
+        return self.aggregates.kept(("open visits", site_id), versions, read)
+
+    def open_visits(self, site_id: str, start: dt.date, end: dt.date) -> int:
+        """How many of the site's visits that started in its local dates are still open."""
+        return len(self.views_report(site_id, start, end).open_visits())
 
     def timezone(self, site_id: str) -> str:
         """The IANA zone a site's days are counted in (``sites[].timezone``; UTC for an unknown site)."""
@@ -99,10 +124,11 @@ class Sources:
         """The views' report of a site's local dates: the views' own days for a UTC site, else its
         days put together from UTC days, hours and minutes (:mod:`query.zoned`)."""
         timezone = self.timezone(site_id)
+        still_open = functools.partial(self.open_visit_rows, site_id)  # read only when a visit figure is asked
         if is_utc(timezone):
-            return AggregateReport(self.aggregates, site_id, Range(start, end))
+            return AggregateReport(self.aggregates, site_id, Range(start, end), still_open)
         raw = functools.partial(self.raw, site_id, Range(start, end), {})  # opened only for custom properties
-        return ZonedReport(self.aggregates, site_id, LocalDays(start, end, timezone), raw)
+        return ZonedReport(self.aggregates, site_id, LocalDays(start, end, timezone), raw, still_open)
 
     def exact(self, site_id: str) -> ExactQuery | None:
         """Any query over the site's raw events, exact; None before the archiver has written anything."""

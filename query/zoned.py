@@ -29,17 +29,27 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow.compute as pc
 
-from query.aggregates import Aggregates, Range, Totals, property_keys, top_of, top_visits_of, totals_of
+from query.aggregates import (
+    SESSION_COLUMNS,
+    VISIT_COLUMNS,
+    Aggregates,
+    OpenVisits,
+    Range,
+    Totals,
+    property_keys,
+    top_of,
+    top_visits_of,
+    totals_of,
+    visit_rows_of,
+)
 from query.goals import Step
 from query.raw import RawQuery
 from query.site_time import Interval, LocalDays, Pieces, bucket, buckets, series_pieces, split, utc_dates
 from query.vitals import VitalFigures, figures_from_rows
-from tally.dimensions import ALL, NONE_VALUE, VISIT_DIMENSIONS
+from tally.dimensions import ALL, VISIT_DIMENSIONS
 from tally.sketches import Estimate, union_estimate
 from tally.tables import SESSIONS, TRAFFIC_BY_GRAIN, VISITS_BY_GRAIN, VITALS_1H
 from tally.vitals import BANDS, MEASURED_COLUMN, SCROLL_COUNT_COLUMN, SCROLL_SUM_COLUMN, VITALS
-
-_VISIT_COLUMNS = ["window_start", "value", "visits", "bounces", "duration_ms", "pageviews"]
 
 
 def _within(interval: Interval, column: str = "window_start") -> pc.Expression:
@@ -70,6 +80,7 @@ class ZonedReport:
     site_id: str
     days: LocalDays
     raw: Callable[[], RawQuery | None] | None = None
+    open: OpenVisits = None  # visits still open, which the views have not written yet (query.open_visits)
     exact = False
 
     def _pieces(self, *, series_grain: str | None = None) -> Pieces:
@@ -97,35 +108,32 @@ class ZonedReport:
         frames = []
         if pieces.days is not None:
             frames.append(
-                self.agg.rows(VISITS_BY_GRAIN["day"].table, self.site_id, Range(*pieces.days), _VISIT_COLUMNS, where)
+                self.agg.rows(VISITS_BY_GRAIN["day"].table, self.site_id, Range(*pieces.days), VISIT_COLUMNS, where)
             )
         if pieces.hours:
             days, inside = _spanning(pieces.hours)
             frames.append(
-                self.agg.rows(VISITS_BY_GRAIN["hour"].table, self.site_id, days, _VISIT_COLUMNS, where & inside)
+                self.agg.rows(VISITS_BY_GRAIN["hour"].table, self.site_id, days, VISIT_COLUMNS, where & inside)
             )
         if pieces.minutes:
             frames.append(self._visits_started(dimension, pieces.minutes))
-        return _concat(frames, _VISIT_COLUMNS)
+        frames.append(visit_rows_of(self.open_visits(), dimension))  # each at its own start, bucketed as it falls
+        return _concat(frames, VISIT_COLUMNS)
 
     def _visits_started(self, dimension: str, intervals: tuple[Interval, ...]) -> pd.DataFrame:
         """Visits that started in any of ``intervals``, from ``agg.sessions``, shaped as visit-view rows."""
         column = VISIT_DIMENSIONS.get(dimension)
         columns = ["session_start", "bounce", "duration_ms", "pageviews", *([column] if column else [])]
         days, inside = _spanning(intervals, "session_start")
-        rows = self.agg.rows(SESSIONS.table, self.site_id, days, columns, inside)
-        value = rows[column].astype(object).where(rows[column].notna(), NONE_VALUE) if column else ""
-        return pd.DataFrame(
-            {
-                "window_start": rows["session_start"],
-                "value": value,
-                "visits": 1,
-                "bounces": rows["bounce"].astype(int),
-                "duration_ms": rows["duration_ms"],
-                "pageviews": rows["pageviews"],
-            },
-            columns=_VISIT_COLUMNS,
-        )
+        return visit_rows_of(self.agg.rows(SESSIONS.table, self.site_id, days, columns, inside), dimension)
+
+    def open_visits(self) -> pd.DataFrame:
+        """The site's open visits that started in the local days (``agg.sessions``' shape)."""
+        rows = self.open() if self.open is not None else pd.DataFrame(columns=SESSION_COLUMNS)
+        if rows.empty:
+            return rows
+        first, last = (pd.Timestamp(t) for t in self.days.instants)
+        return rows[(rows["session_start"] >= first) & (rows["session_start"] < last)]
 
     def _read(self, table: str, dimension: str, days: Range, where: pc.Expression) -> pd.DataFrame:
         return self.agg.rows(table, self.site_id, days, self._traffic_columns(dimension), where)
@@ -136,7 +144,7 @@ class ZonedReport:
         return columns + (["engagement_ms_digest", "load_ms_digest"] if dimension == ALL else [])
 
     def totals(self) -> Totals:
-        return totals_of(self.traffic(ALL), self.visits(ALL))
+        return totals_of(self.traffic(ALL), self.visits(ALL), open_visits=len(self.open_visits()))
 
     def series(self, grain: str) -> pd.DataFrame:
         """Page views, ≈ visitors (with each bucket's 95% bound) and visits per local hour or day;

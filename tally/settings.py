@@ -198,6 +198,10 @@ class SparkSettings:
     # tally.spans.spark_interval(...), messages as describe_span(...).
     watermark: dt.timedelta = dt.timedelta(minutes=10)  # how late an event may be and still count
     session_gap: dt.timedelta = dt.timedelta(minutes=30)  # a visit ends after this much inactivity
+    # A visit still open (not yet written by the views) is read from raw events at query time, over
+    # the watermark, the gap and this much more before the site's newest event: an open visit longer
+    # than this shows only its newest events until it closes (query/open_visits.py).
+    open_visit_lookback: dt.timedelta = dt.timedelta(hours=3)
     rollup_seconds: float = 30.0  # how often the 5-minute realtime windows are re-rolled from the minutes
     # How often the hour and day views (what the reports read) are re-rolled. Raise it to spare cores: each run
     # costs about 15 s of the views job's, whatever its range (docs/OPERATIONS.md, "The views' share of the cores").
