@@ -19,8 +19,9 @@ import pyarrow.dataset as ds
 from query.aggregates import AggregateReport, Aggregates, Range
 from query.exact import ExactQuery
 from query.goals import Step
+from query.open_visits import Tables as OpenTables
 from query.open_visits import empty as empty_open_visits
-from query.open_visits import open_visits, tail_span
+from query.open_visits import open_visits, tail_of
 from query.raw import API_FILTERS, RawQuery
 from query.report import Report, VitalsReport
 from query.site_time import UTC, LocalDays, is_utc
@@ -30,7 +31,7 @@ from query.zoned import ZonedReport, ZonedVitals
 from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
 from tally.storage import arrow_dataset, find_table
-from tally.tables import EVENTS, RAW_PAGEVIEWS
+from tally.tables import EVENTS, RAW_PAGEVIEWS, TRAFFIC_1M
 
 NO_SITE: Final = ""
 """The site of a question nothing can match (filters before the archiver has written any raw event).
@@ -52,21 +53,16 @@ class Sources:
         self.aggregates = aggregates or Aggregates(settings)
 
     def open_visit_rows(self, site_id: str) -> pd.DataFrame:
-        """The site's visits still open (:mod:`query.open_visits`), read again only when raw.pageviews
-        or agg.events has a new version (the snapshots the aggregate reads keep, refreshed every few seconds)."""
+        """The site's visits still open (:mod:`query.open_visits`), read again only when raw.pageviews,
+        agg.events or agg.traffic_1m has a new version (the snapshots the aggregate reads keep,
+        refreshed every few seconds)."""
         raw = self.aggregates.snapshot(RAW_PAGEVIEWS)
         if raw is None:
             return empty_open_visits()
-        events = self.aggregates.snapshot(EVENTS.table)
-        versions = (raw[0], events[0] if events is not None else None)
-        read = functools.partial(
-            open_visits,
-            raw[1],
-            events[1] if events is not None else None,
-            site_id,
-            span=tail_span(self.settings),
-            gap_ms=session_gap_ms(self.settings),
-        )
+        events, minutes = self.aggregates.snapshot(EVENTS.table), self.aggregates.snapshot(TRAFFIC_1M.table)
+        versions = (raw[0], *(t[0] if t is not None else None for t in (events, minutes)))
+        tables = OpenTables(raw[1], *(t[1] if t is not None else None for t in (events, minutes)))
+        read = functools.partial(open_visits, tables, site_id, tail_of(self.settings))
         return self.aggregates.kept(("open visits", site_id), versions, read)
 
     def open_visits(self, site_id: str, start: dt.date, end: dt.date) -> int:

@@ -13,13 +13,13 @@ import pyarrow.dataset as ds
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from query.open_visits import COLUMNS, open_visits
+from query.open_visits import COLUMNS, Tables, Tail, open_event_ids, open_visits
 from simulator.synthetic import synthetic_events
 
 SITE = "demo.tally.local"
 GAP_MS = 30 * 60_000
 NOW = dt.datetime(2026, 3, 2, 0, 40, tzinfo=dt.UTC)  # past, and just after midnight: the tail spans two dates
-LONG = dt.timedelta(hours=6)  # a span holding every event of the tests' two hours
+LONG = Tail(closes=dt.timedelta(hours=6), span=dt.timedelta(hours=6), gap_ms=GAP_MS)  # every event of the two hours
 
 
 @pytest.fixture
@@ -70,9 +70,26 @@ def closed_table(tmp_path: Path, raw: pd.DataFrame, ids: set[str]) -> ds.Dataset
     return DeltaTable(str(tmp_path / "events")).to_pyarrow_dataset()
 
 
-def found(tmp_path: Path, events: ds.Dataset | None, span: dt.timedelta = LONG) -> pd.DataFrame:
+def minutes_up_to(newest: int) -> ds.Dataset:
+    """An agg.traffic_1m whose newest minute of the site starts at ``newest`` (ms): how far the stream has come."""
+    start = pd.Timestamp(newest // 60_000 * 60_000, unit="ms", tz="UTC")
+    return ds.dataset(
+        pa.table(
+            {
+                "site_id": [SITE],
+                "dimension": ["all"],
+                "window_start": pa.array([start], pa.timestamp("us", tz="UTC")),
+                "event_date": pa.array([start.date()], pa.date32()),
+            }
+        )
+    )
+
+
+def found(
+    tmp_path: Path, events: ds.Dataset | None, tail: Tail = LONG, minutes: ds.Dataset | None = None
+) -> pd.DataFrame:
     dataset = DeltaTable(str(tmp_path / "raw")).to_pyarrow_dataset()
-    return open_visits(dataset, events, SITE, span=span, gap_ms=GAP_MS)
+    return open_visits(Tables(dataset, events, minutes), SITE, tail)
 
 
 def starts(frame: pd.DataFrame) -> list[int]:
@@ -120,10 +137,36 @@ def test_only_the_span_before_the_sites_newest_event_is_read(tmp_path: Path, raw
     newest = int(raw["event_time"].max())
     recent = raw[raw["event_time"] >= newest - span // dt.timedelta(milliseconds=1)]
     assert 0 < len(recent) < len(raw)
-    assert starts(found(tmp_path, None, span)) == sorted(v["start"] for v in visits_by_pandas(recent))
+    tail = Tail(closes=span, span=span, gap_ms=GAP_MS)
+    assert starts(found(tmp_path, None, tail)) == sorted(v["start"] for v in visits_by_pandas(recent))
+
+
+def test_a_visit_whose_last_event_is_older_than_the_views_close_one_is_not_open(
+    tmp_path: Path, raw: pd.DataFrame
+) -> None:
+    # Its events are not in agg.events, yet the views closed it: they were dropped as late (a backfill counts them).
+    closes = dt.timedelta(minutes=40)
+    newest = int(raw["event_time"].max()) // 60_000 * 60_000  # the start of the stream's newest minute
+    truth = visits_by_pandas(raw)
+    recent = [v for v in truth if v["end"] >= newest - closes // dt.timedelta(milliseconds=1)]
+    assert 0 < len(recent) < len(truth)
+    tail = Tail(closes=closes, span=LONG.span, gap_ms=GAP_MS)
+    assert starts(found(tmp_path, None, tail, minutes_up_to(newest))) == sorted(v["start"] for v in recent)
+    # Before the stream has counted a minute of the site, it has closed nothing: every visit is open.
+    assert starts(found(tmp_path, None, tail)) == sorted(v["start"] for v in truth)
 
 
 def test_a_site_without_events_has_no_open_visits(tmp_path: Path, raw: pd.DataFrame) -> None:
     dataset = DeltaTable(str(tmp_path / "raw")).to_pyarrow_dataset()
-    frame = open_visits(dataset, None, "other.example", span=LONG, gap_ms=GAP_MS)
+    frame = open_visits(Tables(dataset, None, None), "other.example", LONG)
     assert frame.empty and list(frame.columns) == COLUMNS
+
+
+def test_the_events_of_open_visits_are_those_of_the_visits_not_closed(tmp_path: Path, raw: pd.DataFrame) -> None:
+    truth = visits_by_pandas(raw)
+    cut = int((NOW - dt.timedelta(hours=1)).timestamp() * 1000)
+    closed = [v for v in truth if v["end"] < cut]
+    events = closed_table(tmp_path, raw, set().union(*(v["ids"] for v in closed)))
+    dataset = DeltaTable(str(tmp_path / "raw")).to_pyarrow_dataset()
+    found_ids = open_event_ids(Tables(dataset, events, None), SITE, LONG)
+    assert found_ids == set().union(*(v["ids"] for v in truth if v["end"] >= cut))
