@@ -25,6 +25,7 @@ from tests.e2e.conftest import ARTIFACTS, RunningStack
 
 FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
 SITE = "demo.tally.local"
+GAP_MS = 30 * 60_000  # spark.session_gap
 # Each probe sets a global if it ever runs; the page must show it as text instead.
 PROBES = {
     "u": f"https://{SITE}/<img src=x onerror=window.__xss=1>",
@@ -56,6 +57,18 @@ def views_total(stack: RunningStack) -> int:
     except TableNotFoundError:
         return 0
     return int(pc.sum(days.filter(pc.equal(days["dimension"], "all"))["pageviews"]).as_py() or 0)
+
+
+def raw_visits(stack: RunningStack) -> int:
+    """The site's visits in raw.pageviews: one visitor's non-bot events less than the 30-minute gap
+    apart, with a page view (the views' rule), sessionised with pandas."""
+    raw = raw_table(stack).to_pandas(columns=["site_id", "event_id", "type", "is_bot", "visitor_id", "event_time"])
+    raw = raw[(raw["site_id"] == SITE) & ~raw["is_bot"].fillna(False)].drop_duplicates("event_id")
+    raw = raw.sort_values(["visitor_id", "event_time", "event_id"])
+    starts = raw.groupby("visitor_id")["event_time"].diff().fillna(GAP_MS) >= GAP_MS
+    visit = starts.groupby(raw["visitor_id"]).cumsum()
+    with_views = raw.assign(visit=visit, view=raw["type"] == "pageview").groupby(["visitor_id", "visit"])["view"].any()
+    return int(with_views.sum())
 
 
 def in_raw(stack: RunningStack, event_ids: list[str]) -> bool:
@@ -145,6 +158,15 @@ def test_the_dashboard_is_private_exact_and_inert_to_hostile_text(stack: Running
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
     assert expected and shown == expected[0], f"dashboard shows {shown} page views, raw has {expected}"
+
+    # Visits count from their first event: the traffic just sent is in visits the views have not
+    # written yet (they close 30 minutes after their last event), shown at once, marked provisional.
+    visits_text = metric(page, "Visits")
+    assert visits_text and int(re.sub(r"\D", "", visits_text)) == raw_visits(stack), (visits_text, raw_visits(stack))
+    assert metric(page, "Bounce rate (provisional)") is not None, "an open visit's bounce must be marked provisional"
+    assert metric(page, "Visit duration (provisional)") is not None
+    help_text = page.locator("[data-kpi='Bounce rate (provisional)']").first.get_attribute("title") or ""
+    assert "still open" in help_text, help_text
 
     visitors = metric(page, "Unique visitors (≈)") or ""
     match = re.fullmatch(r"≈ ([\d,]+) ± ([\d.<]+)%", visitors)

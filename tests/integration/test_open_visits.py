@@ -114,6 +114,7 @@ def test_visits_count_from_their_first_event_as_provisional_then_from_the_views_
     assert ask(iso, events, metrics=["visits"], dimensions=["time:hour"])["results"] == hourly_live
 
 
+@pytest.mark.parametrize("recent", ["UTC"], indirect=True)  # the audit reads UTC dates whatever the site's zone
 def test_an_audit_of_an_open_day_counts_open_visits_and_fresh_events_as_in_flight_not_missing(
     recent: tuple[Settings, pd.DataFrame], spark: SparkSession, kafka: str
 ) -> None:
