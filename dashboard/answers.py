@@ -28,6 +28,7 @@ from query.raw import RawQuery
 from query.vitals import AggregateVitals, ExactVitals
 from query.zoned import ZonedVitals
 from tally.tables import (
+    EVENTS,
     PROPS_1D,
     RAW_PAGEVIEWS,
     SESSIONS,
@@ -46,7 +47,11 @@ Versions = tuple[tuple[str, int | None], ...]  # (table, version) pairs; None: t
 # The tables each kind of report reads; a report of another kind (a site's local days put together
 # from UTC days, hours, minutes, sessions and raw events: query.zoned) is keyed on all of them.
 AGGREGATE_TABLES = (TRAFFIC_1H.table, TRAFFIC_1D.table, VISITS_1H.table, VISITS_1D.table, PROPS_1D.table)
-EVERY_TABLE = (*AGGREGATE_TABLES, TRAFFIC_1M.table, SESSIONS.table, VITALS_1H.table, RAW_PAGEVIEWS)
+# What a views report's visit figures read besides: the open visits (query.open_visits), from raw
+# events agg.events does not hold, up to the newest minute agg.traffic_1m counted.
+OPEN_VISIT_TABLES = (RAW_PAGEVIEWS, EVENTS.table, TRAFFIC_1M.table)
+VISIT_QUESTIONS = frozenset({"totals", "series", "top_visits"})  # the questions that count visits
+EVERY_TABLE = (*AGGREGATE_TABLES, TRAFFIC_1M.table, SESSIONS.table, VITALS_1H.table, RAW_PAGEVIEWS, EVENTS.table)
 
 
 def tables_read(report: object) -> tuple[str, ...]:
@@ -119,11 +124,20 @@ class Answers:
     """
 
     def __init__(
-        self, report: Any, *, source: tuple[Hashable, ...], versions: Versions, cache: AnswerCache, pool: Executor
+        self,
+        report: Any,
+        *,
+        source: tuple[Hashable, ...],
+        versions: Versions,
+        cache: AnswerCache,
+        pool: Executor,
+        visit_versions: Versions | None = None,
     ) -> None:
         self.report = report
         self.source = source
         self.versions = versions
+        # The versions the questions that count visits are kept under, when they read more tables.
+        self.visit_versions = visit_versions if visit_versions is not None else versions
         self.cache = cache
         self.pool = pool
         self.exact: bool = report.exact
@@ -131,7 +145,8 @@ class Answers:
     def ask(self, question: str, *args: Hashable) -> Future[Any]:
         """Start computing ``report.<question>(*args)`` (or find it kept); return its future."""
         method = getattr(self.report, question)
-        key = answer_key(self.source, self.versions, question, *args)
+        versions = self.visit_versions if question in VISIT_QUESTIONS else self.versions
+        key = answer_key(self.source, versions, question, *args)
         return self.cache.answer(key, lambda: method(*args), self.pool)
 
     def get(self, question: str, *args: Hashable) -> Any:
@@ -197,9 +212,13 @@ class Asker:
         return self.versions(tables_read(report))
 
     def report(self, report: Any, source: tuple[Hashable, ...]) -> AnsweredReport:
-        """``report`` answered through the cache."""
+        """``report`` answered through the cache; a views report's visit figures also under the
+        versions of the tables its open visits are read from."""
         versions = self.versions_of(report)
-        return AnsweredReport(report, source=source, versions=versions, cache=self.cache, pool=self.pool)
+        visit_versions = versions + self.versions(OPEN_VISIT_TABLES) if isinstance(report, AggregateReport) else None
+        return AnsweredReport(
+            report, source=source, versions=versions, cache=self.cache, pool=self.pool, visit_versions=visit_versions
+        )
 
     def vitals(self, report: Any, source: tuple[Hashable, ...]) -> AnsweredVitals:
         """A vitals report answered through the cache."""

@@ -8,6 +8,7 @@ reports it asked (:mod:`dashboard.fragments` tells the two apart).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable
 
@@ -84,6 +85,9 @@ def headline(run: PageRun, reports: PageReports, now: dt.datetime, meaning: str,
     shown, before = reports.report, reports.previous
     live = panels.realtime(run.ask.agg, view.site, now)
     current, series = figures(shown, view, days.shown, days.today, days.grain, zone)
+    if shown.exact and current.visits:  # a filtered report from raw events counts the open visits too, unmarked
+        still_open = run.sources.open_visits(view.site, days.shown.start, days.shown.end)
+        current = dataclasses.replace(current, open_visits=still_open)
     before_totals, before_series = (
         figures(before, view, days.previous, days.today, days.grain, zone) if before else (None, None)
     )

@@ -100,8 +100,8 @@ def kpi_cards(current: Totals, previous: Totals | None, exact: bool) -> list[Car
     opened = current.open_visits
     provisional = " (provisional)" if opened else ""
     open_help = (
-        f"{opened:,} of these visits are still open: counted from their first event; their bounce,"
-        " duration and page views are provisional until they close (30 minutes without an event)."
+        f"{opened:,} of the site's visits in this range are still open: counted from their first event;"
+        " their bounce, duration and page views are provisional until they close (30 minutes without an event)."
         if opened
         else ""
     )

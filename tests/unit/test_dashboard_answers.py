@@ -55,6 +55,10 @@ class CountingReport:
         self.asked.append(("top", dimension, limit))
         return pd.DataFrame({"value": [dimension], "pageviews": [limit]})
 
+    def top_visits(self, dimension: str, limit: int = 10) -> pd.DataFrame:
+        self.asked.append(("top_visits", dimension, limit))
+        return pd.DataFrame({"value": [dimension], "visits": [limit]})
+
 
 def answered(report: CountingReport, cache: AnswerCache, pool: ThreadPoolExecutor, version: int) -> AnsweredReport:
     return AnsweredReport(
@@ -147,6 +151,30 @@ def test_each_report_is_keyed_on_the_tables_it_reads(tmp_path: Path) -> None:
     assert tables_read(RawQuery(None, "a.test", days, {}, 1800_000)) == ("raw.pageviews",)  # type: ignore[arg-type]
     zoned = ZonedReport.__new__(ZonedReport)  # a site's local days: put together from every view
     assert tables_read(zoned) == EVERY_TABLE
+
+
+def test_a_views_reports_visit_figures_are_kept_under_the_open_visits_tables_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: ThreadPoolExecutor
+) -> None:
+    settings = home_settings(tmp_path, monkeypatch)
+    monkeypatch.setattr(query.aggregates, "REFRESH_SECONDS", 0.0)
+    raw = settings.table_uri("raw.pageviews")
+    write_deltalake(raw, pa.table({"n": [1]}))
+    report = CountingReport()
+    ask = Asker(Aggregates(settings), AnswerCache(), pool)
+    dummy = AggregateReport(ask.agg, "a.test", Range(dt.date(2026, 1, 1), dt.date(2026, 1, 7)))
+    answered = ask.report(dummy, ("views", "a.test"))
+    answered.report = report  # the views report's keys, the counting report's answers
+    answered.top("page")
+    answered.top_visits("entry_page")
+    write_deltalake(raw, pa.table({"n": [2]}), mode="append")  # a new event archived: maybe a visit opened
+    again = ask.report(dummy, ("views", "a.test"))
+    again.report = report
+    again.top("page")
+    again.top_visits("entry_page")
+    assert report.asked == [("top", "page", 10), ("top_visits", "entry_page", 10), ("top_visits", "entry_page", 10)], (
+        "the traffic table is kept over the new raw version; the visits are counted again"
+    )
 
 
 def home_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
