@@ -165,7 +165,9 @@ def _timed_backfill(spark: SparkSession, settings: Settings, days: int, views: S
     return time.perf_counter() - t0
 
 
-GOALS = {1_000_000: "≤ 30 s", 10_000_000: "≤ 180 s"}
+# Issue 65's decision: the 1M-event goal of 30 s is withdrawn (Spark's warm floor on 2 cores was 46 s);
+# a backfill of every view is held to its ratio against the DuckDB baseline of the same run.
+GOALS = {10_000_000: "≤ 6× the DuckDB baseline"}
 
 
 @in_temporary_home("backfill")
