@@ -10,10 +10,11 @@ visits, sessionised by the views' rule (:func:`query.raw_events.visits_sql`).
 
 Which recent events: those of the ``span`` of :func:`tail_of` before the site's newest archived
 event (the watermark, the gap, two session triggers and ``spark.open_visit_lookback``). The stream
-closes a visit once its watermark, which trails the newest event it has seen (at least the site's
-newest) by the watermark's delay, has passed the visit's last event by the gap; so a visit whose
-last event is older than the newest less ``closes`` (all but the lookback) has closed, and its
-events, if ``agg.events`` lacks them, were dropped as late (a backfill counts them). The span holds
+closes a visit once its watermark, which trails the newest event it has seen by the watermark's
+delay, has passed the visit's last event by the gap; the stream has seen at least the newest minute
+it counted for the site in ``agg.traffic_1m``. So a visit whose last event is older than that
+minute less ``closes`` (all but the lookback) has closed, and its events, if ``agg.events`` lacks
+them, were dropped as late (a backfill counts them). The span holds
 the whole of every open visit that has lasted up to ``spark.open_visit_lookback``; a longer one
 shows only its events of that span until it closes. A visit that mixes events already in
 ``agg.events`` with ones that are not is not open either: its new events arrived after it closed.
@@ -36,15 +37,13 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from query.aggregates import SESSION_COLUMNS, Range
-from query.raw_events import open_events, visits_sql
+from query.raw_events import VISIT_ATTRIBUTES, open_events, visits_sql
 from tally.dimensions import AUDIENCE_DIMENSIONS
 from tally.settings import Settings
 
 COLUMNS = SESSION_COLUMNS
 # The raw columns a visit is made of: its key, its events' kinds and pages, its first event's attributes.
-_READ = "visitor_id, event_time, event_id, type, path, " + ", ".join(
-    dict.fromkeys((*AUDIENCE_DIMENSIONS, "referrer", "utm_source", "utm_medium", "utm_content", "utm_term"))
-)
+_READ = "visitor_id, event_time, event_id, type, path, " + ", ".join(VISIT_ATTRIBUTES)
 
 
 @dataclass(frozen=True)
