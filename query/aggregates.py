@@ -190,11 +190,6 @@ def _quantiles(digests: pd.Series) -> tuple[float, ...] | None:
     return tuple(digest_quantiles(merged, QUANTILES)) if merged else None
 
 
-def totals(agg: Aggregates, site_id: str, days: Range) -> Totals:
-    """KPIs: exact sums, one HLL union for unique visitors, merged digests for percentiles."""
-    return totals_of(agg.traffic(site_id, days, "all"), agg.visits(site_id, days, "all"))
-
-
 def totals_of(traffic: pd.DataFrame, visits: pd.DataFrame, open_visits: int = 0) -> Totals:
     """KPIs of ``all`` rows of the traffic and visit views, whatever windows they are; ``open_visits``:
     how many of the visits the rows count are still open."""
@@ -210,13 +205,6 @@ def totals_of(traffic: pd.DataFrame, visits: pd.DataFrame, open_visits: int = 0)
         load_ms=_quantiles(traffic["load_ms_digest"]),
         open_visits=open_visits,
     )
-
-
-def series(agg: Aggregates, site_id: str, days: Range, grain: str) -> pd.DataFrame:
-    """Page views, ≈ visitors (with each bucket's relative 95% bound) and visits per hour or day
-    (every bucket present, zeros included)."""
-    suffix = "hour" if grain == "hour" else "day"
-    return series_of(agg.traffic(site_id, days, "all", suffix), agg.visits(site_id, days, "all", suffix), days, grain)
 
 
 def series_of(traffic: pd.DataFrame, visits: pd.DataFrame, days: Range, grain: str) -> pd.DataFrame:
@@ -257,11 +245,6 @@ def top_of(rows: pd.DataFrame, dimension: str, limit: int) -> pd.DataFrame:
     sums["visitors"] = sums["value"].map(lambda v: round(estimates[v].value))
     sums["visitors_bound"] = sums["value"].map(lambda v: estimates[v].relative_error)
     return sums.reset_index(drop=True)
-
-
-def top_visits(agg: Aggregates, site_id: str, days: Range, dimension: str, limit: int = 10) -> pd.DataFrame:
-    """Top values of a visit dimension (entry/exit page, source, …): visits, bounce rate, duration."""
-    return top_visits_of(agg.visits(site_id, days, dimension), limit)
 
 
 def top_visits_of(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
