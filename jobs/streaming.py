@@ -132,6 +132,8 @@ def in_pool(pool: str, writer: BatchWriter, *, persist: bool = True) -> BatchWri
     return write
 
 
+# The view queries, in the order ``start`` begins them.
+QUERY_NAMES = ("traffic", "sessions", "ratelimit", "props", "vitals")
 # Queries on the longer trigger: sessions writes only closed visits, and neither a day's property
 # breakdown nor an hour's p75 of the vitals need be seconds fresh.
 SLOW_QUERIES = frozenset({"sessions", "props", "vitals"})
@@ -261,7 +263,8 @@ def start(settings: Settings, *, checkpoint_root: str | None = None, queries: Co
         ),
     ]
     context = spark.sparkContext
-    unknown = set(queries or ()) - {plan[0] for plan in plans}
+    assert [plan[0] for plan in plans] == list(QUERY_NAMES)
+    unknown = set(queries or ()) - set(QUERY_NAMES)
     assert not unknown, f"no view queries named {sorted(unknown)}"
     for name, rows, mode, writer in plans:
         if queries is not None and name not in queries:
@@ -286,13 +289,25 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m jobs.streaming", description="Run Tally's streaming views (Kafka -> Delta agg.*)."
     )
-    parser.parse_args(argv)
+    parser.add_argument(
+        "--query",
+        dest="queries",
+        action="append",
+        choices=QUERY_NAMES,
+        help="run only this view query (repeat for more); the default, and what `tally up` runs, is all of them."
+        " The views of a query left out are not updated until it runs again (its checkpoint resumes where it was)"
+        " or a backfill writes them",
+    )
+    args = parser.parse_args(argv)
     setup_logging()
     settings = load_settings()
     if settings.spark.metrics_port:
         start_http_server(settings.spark.metrics_port, addr="127.0.0.1")
-    job = start(settings)
-    log.info("streaming views started", extra=kv(master=settings.spark.master, kafka=settings.kafka.servers))
+    job = start(settings, queries=args.queries)
+    started = kv(
+        master=settings.spark.master, kafka=settings.kafka.servers, queries=",".join(args.queries or QUERY_NAMES)
+    )
+    log.info("streaming views started", extra=started)
     # The main thread records late-event figures and rolls the coarse views up, off the
     # queries' own threads so the 1-minute view is never held up by them.
     try:

@@ -208,11 +208,7 @@ class Supervisor:
             return self._spawn(service, history)[1]
 
     def _spawn(self, service: Service, history: Record | None) -> tuple[subprocess.Popen[bytes], Running]:
-        if service.port is not None and _port_stays_taken(service.port):
-            raise ProcessError(
-                f"{service.name}: port {service.port} on 127.0.0.1 is already in use by another process. "
-                f"Stop that process, or choose another port in conf/tally.yaml (or its TALLY_* variable)."
-            )
+        check_port(service)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{service.name}.log"
         with open(log_path, "ab") as log_file:
@@ -293,6 +289,15 @@ def _group_members(pid: int) -> list[psutil.Process]:
             if os.getpgid(member.pid) == pid:
                 found.append(member)
     return found
+
+
+def check_port(service: Service) -> None:
+    """Raise ``ProcessError`` if the service's port is taken by another process (after a short grace)."""
+    if service.port is not None and _port_stays_taken(service.port):
+        raise ProcessError(
+            f"{service.name}: port {service.port} on 127.0.0.1 is already in use by another process. "
+            f"Stop that process, or choose another port in conf/tally.yaml (or its TALLY_* variable)."
+        )
 
 
 def _port_stays_taken(port: int, grace_s: float = 5.0) -> bool:

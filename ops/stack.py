@@ -23,7 +23,7 @@ import ingest
 import jobs
 import simulator
 from ops import broker
-from ops.processes import Running, Service, Supervisor
+from ops.processes import Running, Service, Supervisor, check_port
 from tally.log import kv
 from tally.settings import Settings
 
@@ -155,11 +155,14 @@ class Stack:
     def up(self, *, traffic: bool) -> None:
         """Start every service that is not running yet (idempotent), in dependency order."""
         table = services(self.settings)
+        starting = [name for name in ORDER if name in table and (name != "traffic" or traffic)]
+        # Every port first: a taken one is said before anything starts, not after the broker is up.
+        for name in starting:
+            if self.supervisor.find(name) is None:
+                check_port(table[name])
         if "broker" in table:
             broker.ensure_formatted(self.settings)
-        for name in ORDER:
-            if name not in table or (name == "traffic" and not traffic):
-                continue
+        for name in starting:
             already = self.supervisor.find(name)
             running = self.supervisor.start(table[name])
             verb = "already running" if already else "started"

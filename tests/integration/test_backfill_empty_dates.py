@@ -33,16 +33,17 @@ SITES = ("a.test", "b.test")
 Snapshot = dict[tuple[ViewSpec, dt.date, str], pa.Table]
 
 
-def view_rows(settings: Settings, spec: ViewSpec, day: dt.date, site: str) -> pa.Table:
-    """One view's rows of one date and site, read with delta-rs, in key order."""
-    table = DeltaTable(settings.table_uri(spec.table)).to_pyarrow_table()
+def view_rows(table: pa.Table, spec: ViewSpec, day: dt.date, site: str) -> pa.Table:
+    """One date and site of a view's rows, in key order."""
     mask = pc.and_(pc.equal(table[spec.partition_by], pa.scalar(day)), pc.equal(table["site_id"], site))
     return table.filter(mask).sort_by([(k, "ascending") for k in spec.keys])
 
 
 def snapshot(settings: Settings) -> Snapshot:
+    """Every view's rows by date and site, each table read once with delta-rs."""
+    tables = {spec: DeltaTable(settings.table_uri(spec.table)).to_pyarrow_table() for spec in BACKFILL_VIEWS}
     return {
-        (spec, day, site): view_rows(settings, spec, day, site)
+        (spec, day, site): view_rows(tables[spec], spec, day, site)
         for spec in BACKFILL_VIEWS
         for day in DAYS
         for site in SITES

@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
@@ -60,19 +62,46 @@ def backfill_day(spark: SparkSession, settings: Settings, day: str) -> None:
     backfill(spark, settings, start=date, end=date, progress=False)
 
 
-def test_forgetting_a_visitor_removes_their_rows_from_storage_and_keeps_others(
-    settings: Settings, archiver: None, spark: SparkSession
-) -> None:
-    site = settings.sites[0].site_id
-    forgotten, kept = uuid.uuid4().hex, uuid.uuid4().hex
+@dataclass(frozen=True)
+class Forgettable:
+    """A visitor to forget and one to keep on the first site, a site to forget: in raw.pageviews
+    and in today's views."""
+
+    site: str
+    forgotten: str
+    kept: str
+    gone_site: str
+
+
+@pytest.fixture(scope="module")
+def forgettable(settings: Settings, archiver: None, spark: SparkSession) -> Forgettable:
+    """Their events archived and today's views backfilled once, for both forget tests (a forget
+    of the visitor leaves the gone site's rows, and a forget of the site the visitors')."""
+    given = Forgettable(
+        settings.sites[0].site_id, uuid.uuid4().hex, uuid.uuid4().hex, f"gone-{uuid.uuid4().hex[:8]}.example"
+    )
     day = dt.datetime.now(dt.UTC).date().isoformat()  # the events' day, even if the test runs past midnight
-    produce(settings, site, forgotten, 30)
-    produce(settings, site, kept, 20)
-    wait_for(lambda: rows_of(settings, forgotten) == 30 and rows_of(settings, kept) == 20, 60, "both visitors in raw")
+    produce(settings, given.site, given.forgotten, 30)
+    produce(settings, given.site, given.kept, 20)
+    produce(settings, given.gone_site, uuid.uuid4().hex, 12)
+    raw = settings.table_uri("raw.pageviews")
+    archived = lambda: (  # noqa: E731
+        rows_of(settings, given.forgotten) == 30
+        and rows_of(settings, given.kept) == 20
+        and site_rows(raw, given.gone_site) == 12
+    )
+    wait_for(archived, 60, "both visitors and the site to forget in raw")
+    backfill_day(spark, settings, day)
+    return given
+
+
+def test_forgetting_a_visitor_removes_their_rows_from_storage_and_keeps_others(
+    settings: Settings, forgettable: Forgettable
+) -> None:
+    site, forgotten, kept = forgettable.site, forgettable.forgotten, forgettable.kept
     table_dir = Path(settings.table_uri("raw.pageviews"))
     assert visitor_rows_in_every_file(table_dir, forgotten) == 30
     # The views hold the visitor too: agg.sessions carries visitor ids.
-    backfill_day(spark, settings, day)
     sessions_dir = Path(settings.table_uri("agg.sessions"))
     assert visitor_rows_in_every_file(sessions_dir, forgotten) >= 1
 
@@ -98,18 +127,14 @@ def site_rows(uri: str, site: str) -> int:
 
 
 def test_forgetting_a_site_deletes_its_events_and_its_views_and_keeps_the_other_sites(
-    settings: Settings, archiver: None, spark: SparkSession
+    settings: Settings, forgettable: Forgettable
 ) -> None:
-    gone, kept = f"gone-{uuid.uuid4().hex[:8]}.example", settings.sites[0].site_id
-    day = dt.datetime.now(dt.UTC).date().isoformat()
-    produce(settings, gone, uuid.uuid4().hex, 12)
-    produce(settings, kept, uuid.uuid4().hex, 5)
+    gone, kept = forgettable.gone_site, forgettable.site
     raw = settings.table_uri("raw.pageviews")
-    wait_for(lambda: site_rows(raw, gone) == 12 and site_rows(raw, kept) >= 5, 60, "both sites in raw")
-    backfill_day(spark, settings, day)
     views = ("agg.traffic_1m", "agg.traffic_1d", "agg.sessions", "agg.visits_1d")
     assert all(site_rows(settings.table_uri(v), gone) > 0 for v in views)
     kept_before = {v: site_rows(settings.table_uri(v), kept) for v in views}
+    assert all(kept_before.values())
 
     result = tally("forget", "--site", gone)
     assert result.returncode == 0, result.stderr

@@ -325,7 +325,10 @@ def test_a_big_backfill_job_caches_its_events_under_the_raised_shuffle_partition
             yield kept
 
     monkeypatch.setattr(backfill_module, "_cached", recording)
-    backfill(spark, iso, start=START.date(), end=START.date(), progress=False)
+    # The minutes and the hours rolled up from them: the events' cache, and a view's (the minutes
+    # are read twice), without writing every view again.
+    backfill(spark, iso, start=START.date(), end=START.date(), progress=False, views=(TRAFFIC_1M, TRAFFIC_1H))
+    assert len(in_force) == 2
     assert in_force and set(in_force) == {str(expected)}  # the events' cache first, then the views'
     assert set(groups_in_force) == {str(chunks_module.OBJECT_AGGREGATE_GROUPS)} != {session_groups}
     assert spark.conf.get("spark.sql.shuffle.partitions") == session_partitions  # restored after

@@ -36,7 +36,9 @@ def _views_service(iso: Settings) -> Service:
         "TALLY_WAREHOUSE__PATH": iso.warehouse.path,
         "TALLY_SPARK__METRICS_PORT": "0",
     }
-    return Service("views-restart", [sys.executable, "-m", "jobs.streaming"], env=env)
+    # The two queries whose views are compared below; the other three have tests of their own.
+    queries = ["--query", "traffic", "--query", "sessions"]
+    return Service("views-restart", [sys.executable, "-m", "jobs.streaming", *queries], env=env)
 
 
 def _last_batch(iso: Settings, folder: str) -> int:
