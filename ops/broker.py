@@ -12,6 +12,7 @@ The same configuration generator describes a cluster of several combined nodes o
 from __future__ import annotations
 
 import logging
+import shlex
 import subprocess
 import time
 import uuid
@@ -133,6 +134,7 @@ def _java_command(settings: Settings, main_class: str, *args: str, heap: str, pr
         # (and refused) at once, not taken page by page over the first half hour of traffic.
         *(["-XX:+AlwaysPreTouch"] if pretouch else []),
         "-XX:+UseG1GC",
+        *shlex.split(settings.kafka.java_options),
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={log4j}",
         "-cp",

@@ -62,13 +62,16 @@ def check_nice(key: str, value: int) -> None:
 _JAVA_OPTIONS_WITH_A_VALUE = ("-cp", "-classpath", "-p")
 
 
-def check_java_options(key: str, value: str) -> None:
-    """JVM options for a Spark driver: words quoted as a shell would (``-Dname="a b"``), each an
-    option beginning with ``-`` (or an ``@argfile``), or the value of the option before it
-    (``--add-opens java.base/java.lang=ALL-UNNAMED``); no maximum heap (``-Xmx``, which Spark
-    refuses there, nor ``-XX:MaxHeapSize``, which would override it): the heaps are
-    ``spark.driver_memory`` and ``spark.views_driver_memory``. Whether the JVM knows each option
-    shows only when it starts: an unknown one stops it, with its name in the job's output."""
+_SPARK_HEAPS = "spark.driver_memory (batch jobs) or spark.views_driver_memory (the views job)"
+
+
+def check_java_options(key: str, value: str, heap_setting: str = _SPARK_HEAPS) -> None:
+    """JVM options for a Spark driver or the bundled broker: words quoted as a shell would
+    (``-Dname="a b"``), each an option beginning with ``-`` (or an ``@argfile``), or the value of
+    the option before it (``--add-opens java.base/java.lang=ALL-UNNAMED``); no maximum heap
+    (``-Xmx``, which Spark refuses there, nor ``-XX:MaxHeapSize``, which would override it): the
+    heap is ``heap_setting``. Whether the JVM knows each option shows only when it starts: an
+    unknown one stops it, with its name in the job's output."""
     try:
         words = shlex.split(value)
     except ValueError as e:
@@ -82,8 +85,7 @@ def check_java_options(key: str, value: str) -> None:
             )
         if word.startswith(("-Xmx", "-XX:MaxHeapSize")):
             raise SettingsError(
-                f"{key}: {word!r} sets the maximum heap, which Spark sets itself; set"
-                " spark.driver_memory (batch jobs) or spark.views_driver_memory (the views job) instead"
+                f"{key}: {word!r} sets the maximum heap, which Tally sets itself; set {heap_setting} instead"
             )
         before = "" if takes_value else word
 
@@ -107,6 +109,9 @@ class KafkaSettings:
     port: int = 9792
     controller_port: int = 9793
     heap: str = "1g"
+    # More JVM options of the bundled broker and the Kafka tools Tally runs, after Tally's own (the
+    # heap, G1): conf/test.yaml's C1-only JIT, say.
+    java_options: str = ""
     pageviews_topic: str = "pageviews"
     # One per core of a one-machine install: each partition is a batch of its own in every produce
     # request, so more partitions than the readers need make the batches smaller and cost ingest
@@ -125,6 +130,7 @@ class KafkaSettings:
     spark_properties: tuple[str, ...] = ()  # Java client names: the streaming job's Kafka source
 
     def __post_init__(self) -> None:
+        check_java_options("kafka.java_options", self.java_options, heap_setting="kafka.heap")
         if not 1 <= self.min_insync_replicas <= self.replication_factor:
             raise SettingsError(
                 f"kafka.min_insync_replicas: {self.min_insync_replicas} must be between 1 and "

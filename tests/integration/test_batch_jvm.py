@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ops.stack import stack_env
 from tally.jvm import spark_class_archive
+from tally.settings import load_settings
 
 SCRIPT = """
 import json, sys
@@ -47,6 +48,7 @@ def test_a_drivers_jvm_maps_the_class_data_archive_setup_wrote(tmp_path: Path) -
     archive = spark_class_archive()
     assert archive is not None and archive.is_file(), f"tally setup (run by make test) writes {archive}"
     log = tmp_path / "cds.log"
-    collectors(tmp_path / "home", "batch", java_options=f"-XX:+UseParallelGC -Xlog:cds=info:file={log}")
+    configured = load_settings().spark.java_options  # conf/test.yaml's, with its C1-only JIT
+    collectors(tmp_path / "home", "batch", java_options=f"{configured} -Xlog:cds=info:file={log}")
     text = log.read_text()
     assert f"Opened archive {archive}" in text and "Mapped dynamic region" in text, text[-2000:]

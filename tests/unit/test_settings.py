@@ -202,6 +202,15 @@ def test_jvm_options_that_would_stop_the_jvm_are_refused_with_the_key_named(opti
         SparkSettings(views_java_options=options)
 
 
+def test_the_brokers_jvm_options_are_checked_alike_and_name_its_heap() -> None:
+    from tally.settings import KafkaSettings
+
+    with pytest.raises(SettingsError, match=r"kafka\.java_options: '-Xmx2g' sets the maximum heap.*set kafka\.heap"):
+        KafkaSettings(java_options="-XX:TieredStopAtLevel=1 -Xmx2g")
+    with pytest.raises(SettingsError, match=r"kafka\.java_options: 'C1' is not a JVM option"):
+        KafkaSettings(java_options="C1")
+
+
 def test_jvm_options_quoted_as_a_shell_would_are_taken() -> None:
     from tally.settings import SparkSettings
 
