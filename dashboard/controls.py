@@ -19,8 +19,8 @@ from dashboard.answers import Asker
 from dashboard.view import MAX_FUNNEL_STEPS, PRESETS, Preset, View, range_label
 from query.aggregates import Range, dimension_values
 from query.goals import Step
-from query.raw import FILTERS
 from query.site_time import local_today
+from tally.dimensions import FILTERS
 from tally.tables import TRAFFIC_1D
 
 ANY = "(any)"

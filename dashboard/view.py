@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from query.goals import Step
-from query.raw import FILTERS
 from query.spec import QueryError
+from tally.dimensions import FILTERS
 
 Preset = Literal["today", "7d", "30d", "90d", "custom"]
 PRESETS: dict[Preset, str] = {

@@ -14,8 +14,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 import api
 import archiver
 import dashboard
@@ -35,6 +33,8 @@ WATCHDOG = "watchdog"
 
 def http_ok(url: str) -> bool:
     """True when GET url answers 200 (False while the server is not up yet)."""
+    import httpx  # here: every `tally` command imports this module, and only starting a stack asks
+
     try:
         return httpx.get(url, timeout=1.0).status_code == 200
     except httpx.HTTPError:

@@ -26,17 +26,12 @@ from query.raw_events import open_events, within
 from query.site_time import UTC, LocalDays, is_utc
 from query.site_time import buckets as site_buckets
 from query.spec import GOAL, PERCENTILE_METRICS, PROPS_PREFIX, Filter, Query
-from tally.dimensions import AUDIENCE_DIMENSIONS, EVENT, NONE_VALUE, RAW_DIMENSION_COLUMNS
+from tally.dimensions import AUDIENCE_DIMENSIONS, EVENT, FILTERS, NONE_VALUE
 from tally.sketches import Estimate
 
 _EVENT_COLUMNS = "visitor_id, event_time, event_id, type, path, name, engagement_ms, load_ms, " + ", ".join(
     sorted(AUDIENCE_DIMENSIONS)
 )
-# Filters a drill-down applies: the dashboard's URL key -> event column in raw.pageviews (and
-# dimension in agg.traffic_*).
-FILTERS: dict[str, str] = {
-    key: RAW_DIMENSION_COLUMNS[key] for key in ("page", "source", "country", "region", "city", "device", "browser")
-}
 # The dashboard's words for dimensions and filters, in the Stats API's (query.spec.DIMENSIONS).
 _API_AUDIENCE = {name: f"visit:{'utm_campaign' if name == 'campaign' else name}" for name in AUDIENCE_DIMENSIONS}
 TOP_DIMENSIONS = {"page": "event:page", EVENT: "event:name", **_API_AUDIENCE}

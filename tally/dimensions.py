@@ -38,6 +38,11 @@ TRAFFIC_DIMENSION_NAMES = (ALL, *TRAFFIC_DIMENSIONS, EVENT)
 VISIT_DIMENSION_NAMES = (ALL, *VISIT_DIMENSIONS)
 # The raw column of every traffic dimension a drill-down filters on ("event" is a custom event's name).
 RAW_DIMENSION_COLUMNS: dict[str, str] = {**TRAFFIC_DIMENSIONS, EVENT: "name"}
+# The dashboard's filters: its URL key (f_<key>) -> event column in raw.pageviews (and dimension in
+# agg.traffic_*).
+FILTERS: dict[str, str] = {
+    key: RAW_DIMENSION_COLUMNS[key] for key in ("page", "source", "country", "region", "city", "device", "browser")
+}
 
 # Roll-up grains of the views.
 Grain = Literal["hour", "day"]
