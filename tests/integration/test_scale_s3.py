@@ -72,7 +72,7 @@ def archived(
 def backfilled(archived: tuple[Settings, dict[str, str]], cluster: SparkCluster) -> Settings:
     """Every view recomputed from raw on S3 by ``tally backfill`` on the Spark cluster."""
     on_s3, env = archived
-    tally(env | {"TALLY_SPARK__MASTER": cluster.master_url}, "backfill", "--from", str(FIRST), "--to", str(LAST))
+    tally(env | cluster.driver_env, "backfill", "--from", str(FIRST), "--to", str(LAST))
     return on_s3
 
 

@@ -77,4 +77,4 @@ def job_env(settings: Settings, cluster: SparkCluster | None = None) -> dict[str
         "TALLY_SPARK__METRICS_PORT": "0",
         "TALLY_ARCHIVER__METRICS_PORT": "0",
     }
-    return env | ({"TALLY_SPARK__MASTER": cluster.master_url} if cluster else {})
+    return env | (cluster.driver_env if cluster else {})

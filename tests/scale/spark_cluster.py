@@ -25,12 +25,21 @@ from tests.integration.conftest import wait_for
 SPARK_HOME = Path(pyspark.__file__).parent
 MASTER = "org.apache.spark.deploy.master.Master"
 WORKER = "org.apache.spark.deploy.worker.Worker"
+# The cluster's JVMs (master, workers, executors) compile with C1 alone, as conf/test.yaml has the
+# drivers and the broker do (docs/TESTING.md, "JVMs: C1 only in the tests").
+C1_ONLY = "-XX:TieredStopAtLevel=1"
 
 
 @dataclass(frozen=True)
 class SparkCluster:
     master_url: str  # spark://127.0.0.1:<port>
     status_url: str  # the master's web UI, whose /json/ is its status
+    conf_dir: Path  # SPARK_CONF_DIR of the drivers: spark-defaults.conf with the executors' JVM options
+
+    @property
+    def driver_env(self) -> dict[str, str]:
+        """What a job's environment adds to run on the cluster: its master and the executors' options."""
+        return {"TALLY_SPARK__MASTER": self.master_url, "SPARK_CONF_DIR": str(self.conf_dir)}
 
     def status(self) -> dict[str, Any]:
         """The master's view: alive workers, running and completed applications."""
@@ -55,11 +64,15 @@ def spark_cluster(home: Path, *, workers: int = 2, worker_memory: str = "1g") ->
     """Start a master and ``workers`` one-core workers on free loopback ports; stop them all at the end."""
     supervisor = Supervisor(home)
     master_port, master_ui, *worker_uis = free_ports(2 + workers)
-    cluster = SparkCluster(f"spark://127.0.0.1:{master_port}", f"http://127.0.0.1:{master_ui}")
+    conf_dir = home / "conf"
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    (conf_dir / "spark-defaults.conf").write_text(f"spark.executor.extraJavaOptions {C1_ONLY}\n")
+    cluster = SparkCluster(f"spark://127.0.0.1:{master_port}", f"http://127.0.0.1:{master_ui}", conf_dir)
     env = {
         "SPARK_HOME": str(SPARK_HOME),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_DAEMON_MEMORY": "256m",
+        "SPARK_DAEMON_JAVA_OPTS": C1_ONLY,
         "SPARK_LOG_DIR": str(home / "logs"),
         "PYSPARK_PYTHON": sys.executable,  # executors run the project's venv Python
     }
