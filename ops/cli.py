@@ -12,6 +12,7 @@ from ops.access_commands import add_share_arguments, add_user_arguments, dashboa
 from ops.annotate_commands import add_annotate_arguments, run_annotate
 from ops.apikey_commands import add_apikey_arguments, run_apikey
 from ops.bootstrap import setup
+from ops.import_commands import add_import_arguments, run_import
 from ops.job_commands import add_backfill_arguments, cmd_backfill
 from ops.notify_commands import add_alerts_arguments, add_report_arguments, run_alerts, run_report
 from ops.private_home import make_home_private
@@ -257,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--target", help="ingest base URL (default: the configured ingest)")
     annotate = add("annotate", run_annotate, "Note something on a site's day; shown on the time series and in the API.")
     add_annotate_arguments(annotate)
+    imported = add(
+        "import", run_import, "Import a site's history from Plausible's CSV export; list and remove imports."
+    )
+    add_import_arguments(imported)
     site = add(
         "site",
         run_site,

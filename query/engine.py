@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pandas as pd
+import pyarrow as pa
 
+from query import imported
 from query.exact import ExactQuery, leaves, matching_values, time_label
 from query.report import Report
 from query.site_time import LocalDays, buckets, is_utc, local_time
@@ -49,6 +51,10 @@ _TIME_METRICS = ("visitors", "pageviews", "visits")
 _TRAFFIC_METRICS = ("visitors", "pageviews", "events", "percentage", "visits", "bounce_rate", "visit_duration")
 _ENTRY_EXIT_METRICS = ("visits", "bounce_rate", "visit_duration")
 _COUNTS = ("visitors", "pageviews", "events", "visits")  # 0 where a row has none; rates are null
+IMPORTED_VISITORS = (
+    "the log's visitors plus imported visitors, which are each imported day's unique visitors added up"
+    " (as Plausible adds them): a visitor of two imported days counts twice"
+)
 
 
 class Sources(VitalsSources, Protocol):
@@ -58,6 +64,7 @@ class Sources(VitalsSources, Protocol):
     def exact(self, site_id: str) -> ExactQuery | None: ...
     def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str: ...
     def open_visits(self, site_id: str, start: dt.date, end: dt.date) -> int: ...
+    def imported(self, site_id: str, start: dt.date, end: dt.date, table: str) -> pa.Table: ...
 
 
 @dataclass(frozen=True)
@@ -96,9 +103,12 @@ def fits_aggregates(query: Query) -> bool:
 
 def run(query: Query, sources: Sources) -> Answer:
     """Answer ``query``; raises :class:`QueryError` for a question Tally cannot answer."""
-    rows, source = _rows(query, sources)
+    rows, source, imports = _with_imports(query, sources) if query.imports else (*_rows(query, sources), {})
     rows = _ordered(rows, query)
     meta: dict[str, Any] = {"source": source, "metrics": {m: _metric_meta(m, rows, source) for m in query.metrics}}
+    meta.update(imports)
+    if imports.get("imports_included") and "visitors" in query.metrics:
+        meta["metrics"]["visitors"] = {"exact": False, "method": IMPORTED_VISITORS}
     meta["timezone"] = query.timezone  # the zone the dates and time buckets are the site's days and hours in
     _mark_open_visits(query, sources, meta)
     if "visitors" in query.metrics or "percentage" in query.metrics:
@@ -121,6 +131,25 @@ def run(query: Query, sources: Sources) -> Answer:
     page = rows[query.offset : query.offset + query.limit]
     results = [_result(r, query.metrics) for r in page]
     return Answer(results, meta)
+
+
+def _with_imports(query: Query, sources: Sources) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+    """The log's rows with imported history added where it can answer (:mod:`query.imported`), and
+    Plausible's ``imports_*`` meta saying whether it was."""
+    found = imported.plan(query)
+    if not found.table:
+        rows, source = _rows(query, sources)
+        return (
+            rows,
+            source,
+            {"imports_included": False, "imports_skip_reason": found.skip_reason, "imports_warning": found.warning},
+        )
+    rows, source = _rows(imported.native_query(query), sources)
+    rows_of_import = sources.imported(query.site_id, query.start, query.end, found.table)
+    rows, included = imported.combined(query, found, rows, rows_of_import)
+    if not included:
+        return rows, source, {"imports_included": False, "imports_skip_reason": imported.NO_IMPORTED_DATA}
+    return rows, source, {"imports_included": True}
 
 
 def _mark_open_visits(query: Query, sources: Sources, meta: dict[str, Any]) -> None:

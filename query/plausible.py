@@ -92,6 +92,7 @@ def parse_query(body: Any, *, today: dt.date, now: dt.datetime | None = None, ti
         order_by=order_by,
         time_labels=bool(include.get("time_labels", False)),
         total_rows=bool(include.get("total_rows", False)),
+        imports=bool(include.get("imports", False)),
         compare=_comparison(include.get("compare"), start, end),
         compare_between=_shifted(include.get("compare"), between),
         limit=limit,

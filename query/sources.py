@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Final
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as ds
 
 from query.aggregates import AggregateReport, Aggregates, Range
@@ -31,7 +32,8 @@ from query.zoned import ZonedReport, ZonedVitals
 from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
 from tally.storage import arrow_dataset, find_table
-from tally.tables import EVENTS, RAW_PAGEVIEWS, TRAFFIC_1M
+from tally.table_schemas import IMPORTED_DAILY_SCHEMA
+from tally.tables import EVENTS, IMPORTED_DAILY, RAW_PAGEVIEWS, TRAFFIC_1M
 
 NO_SITE: Final = ""
 """The site of a question nothing can match (filters before the archiver has written any raw event).
@@ -134,6 +136,19 @@ class Sources:
         site = next((s for s in self.settings.sites if s.site_id == site_id), None)
         goals = tuple(Step.parse(g) for g in site.goals) if site is not None else ()
         return ExactQuery(found[0], site_id, session_gap_ms(self.settings), goals)
+
+    def imported(self, site_id: str, start: dt.date, end: dt.date, table: str) -> pa.Table:
+        """The site's imported rows of one export table over its local dates (none before any import)."""
+        found = find_table(self.settings, IMPORTED_DAILY)
+        if found is None:
+            return IMPORTED_DAILY_SCHEMA.empty_table()
+        where = (
+            (ds.field("site_id") == site_id)
+            & (ds.field("table_name") == table)
+            & (ds.field("date") >= start)
+            & (ds.field("date") <= end)
+        )
+        return arrow_dataset(found).to_table(filter=where)
 
     def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str:
         """What "visitors" counts over the range, given the site's salt period (:mod:`tally.salt_periods`)."""

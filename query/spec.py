@@ -149,6 +149,7 @@ class Query:
     limit: int = MAX_LIMIT
     offset: int = 0
     timezone: str = UTC  # the IANA zone the dates are the site's days in (sites[].timezone)
+    imports: bool = False  # include.imports: add imported history where it can answer (query/imported.py)
 
     def utc_interval(self) -> tuple[dt.datetime, dt.datetime] | None:
         """The half-open UTC interval the query covers: its date-times, or its local days' instants;

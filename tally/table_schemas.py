@@ -1,11 +1,13 @@
-"""Arrow schemas of the tables written outside Spark: ``raw.*`` by the archiver (delta-rs), ``quality.*``
-by the checks and the audit. Readers use them too, e.g. to give a table nothing has written yet its columns.
+"""Arrow schemas of the tables written outside Spark: ``raw.*`` by the archiver (delta-rs),
+``quality.*`` by the checks and the audit, ``imported.daily`` by ``tally import``. Readers use them
+too, e.g. to give a table nothing has written yet its columns.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
+from tally.plausible_export import DIMENSIONS, METRICS, column_type
 from tally.schema import FIELDS, RAW_EXTRA_FIELDS
 from tally.tables import RAW_PAGEVIEWS, RAW_REJECTED
 
@@ -95,5 +97,23 @@ QUALITY_PARTITIONS_SCHEMA = pa.schema(
         ("run_id", pa.string()),
         ("checked_at", _TIMESTAMP),
         ("failed_checks", pa.string()),  # readable, "; "-separated
+    ]
+)
+
+# imported.daily: what the row is (site, import, which export table), its day (the site's local day,
+# as the export gives it), the export's dimensions and metrics (defaults where its table lacks
+# them), and where it came from.
+IMPORTED_DAILY_SCHEMA = pa.schema(
+    [
+        ("site_id", pa.string()),
+        ("import_id", pa.string()),
+        ("origin", pa.string()),  # plausible, umami
+        ("table_name", pa.string()),  # the export's table: visitors, sources, pages, …
+        ("date", pa.date32()),
+        *((column, column_type(column)) for column in DIMENSIONS),
+        *((column, column_type(column)) for column in METRICS),
+        ("file_name", pa.string()),
+        ("file_digest", pa.string()),  # SHA-256 of the archive
+        ("imported_at", _TIMESTAMP),
     ]
 )

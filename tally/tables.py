@@ -2,7 +2,8 @@
 tables written outside Spark, are in :mod:`tally.table_schemas`).
 
 Each name is written here once; apps import it rather than spelling ``"agg.traffic_1d"`` again.
-Every table is partitioned by a DATE column, so a backfill or a check replaces whole dates.
+Every table of the log and its views is partitioned by a DATE column, so a backfill or a check
+replaces whole dates; imported history is not (an import is added and removed whole).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ RAW_REJECTED = "raw.rejected"
 QUALITY_RESULTS = "quality.results"
 QUALITY_AUDITS = "quality.audits"
 QUALITY_PARTITIONS = "quality.partitions"
+# History imported from another tool (imports/): one row per day and dimension value of one of the
+# export's tables, beside the log's views and never mixed into them; each import one commit.
+IMPORTED_DAILY = "imported.daily"
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ ALL_TABLES = (
     RAW_REJECTED,
     *(spec.table for spec in ALL_VIEWS),
     *QUALITY_TABLES,
+    IMPORTED_DAILY,
 )
 
 # Each archiver commit records, per Kafka (topic, partition), the next offset to read as a Delta

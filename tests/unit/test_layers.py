@@ -30,6 +30,7 @@ PACKAGES = (
     "api",
     "simulator",
     "notify",
+    "imports",
     "bench",
     "tests",
 )

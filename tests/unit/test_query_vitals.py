@@ -26,6 +26,7 @@ from query.spec import VITALS_METRICS, Filter, QueryError
 from query.vitals import BandCounts, ExactVitals, VitalFigures, figures_from_rows
 from tally.settings import load_settings
 from tally.sketches import digest_from_values
+from tally.table_schemas import IMPORTED_DAILY_SCHEMA
 from tally.vitals import BANDS, VITALS, VITALS_BY_NAME
 
 SITE = "shop.example"
@@ -272,6 +273,9 @@ class VitalsOnly:
 
     def open_visits(self, site_id: str, start: dt.date, end: dt.date) -> int:
         return 0  # the events are all in the past: no visit is still open
+
+    def imported(self, site_id: str, start: dt.date, end: dt.date, table: str) -> pa.Table:
+        return IMPORTED_DAILY_SCHEMA.empty_table()  # nothing imported
 
 
 class _RowsReport:
