@@ -12,6 +12,7 @@ from ops.access_commands import add_share_arguments, add_user_arguments, dashboa
 from ops.annotate_commands import add_annotate_arguments, run_annotate
 from ops.apikey_commands import add_apikey_arguments, run_apikey
 from ops.bootstrap import setup
+from ops.export_commands import add_export_arguments, run_export
 from ops.import_commands import add_import_arguments, run_import
 from ops.job_commands import add_backfill_arguments, cmd_backfill
 from ops.notify_commands import add_alerts_arguments, add_report_arguments, run_alerts, run_report
@@ -262,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
         "import", run_import, "Import a site's history from Plausible's CSV export; list and remove imports."
     )
     add_import_arguments(imported)
+    exported = add(
+        "export", run_export, "Write a site's figures as Plausible's CSV export ZIP (tally import reads it)."
+    )
+    add_export_arguments(exported)
     site = add(
         "site",
         run_site,

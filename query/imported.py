@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from query.spec import Query
+from tally.dimensions import NONE_VALUE
 from tally.sketches import Estimate
 
 # Plausible's reasons, in its words.
@@ -45,6 +46,8 @@ DIMENSION_TABLES: dict[str | None, tuple[str, str | None]] = {
 _SESSION = ("visitors", "visits", "pageviews", "events", "bounce_rate", "visit_duration", "views_per_visit")
 TABLE_METRICS = {
     **{table: _SESSION for table, _ in DIMENSION_TABLES.values()},
+    # The visitors table's page views are the day's, not its visits': no views per visit from it.
+    "visitors": tuple(m for m in _SESSION if m != "views_per_visit"),
     "pages": ("visitors", "visits", "pageviews", "events"),
     "custom_events": ("visitors", "events"),
 }
@@ -52,8 +55,6 @@ TABLE_METRICS = {
 _VISITS_COLUMN = {"entry_pages": "entrances", "exit_pages": "exits"}
 _RATES = ("bounce_rate", "visit_duration", "views_per_visit")
 _SUMS = ("visitors", "visits", "pageviews", "events", "bounces", "seconds")
-# Empty values stand for "unknown" in the export; the log's answers name it so (Plausible's labels).
-_UNKNOWN = {"source": "Direct / None"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +126,8 @@ def _imported_totals(found: Plan, imported: pa.Table) -> dict[Any, dict[str, int
         value = r[found.column] if found.column else None
         if found.column == "date" and value is not None:
             value = value.isoformat()
-        elif found.column in _UNKNOWN and not value:
-            value = _UNKNOWN[found.column]
+        elif found.column and not value:
+            value = NONE_VALUE  # the export's "" is unknown (direct, for a source): the log's rows say "(none)"
         sums = totals.setdefault(
             value, dict.fromkeys(("visitors", "visits", "pageviews", "events", "bounces", "seconds"), 0)
         )

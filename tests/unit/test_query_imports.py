@@ -24,7 +24,7 @@ from tally.sketches import Estimate
 from tests.unit.test_import_plausible import DAYS, FIRST, LAST, full_export, write_zip
 
 NOW = dt.datetime(2026, 11, 25, 12, tzinfo=dt.UTC)
-TOTALS = ["visitors", "visits", "pageviews", "bounce_rate", "visit_duration", "views_per_visit"]
+TOTALS = ["visitors", "visits", "pageviews", "bounce_rate", "visit_duration"]
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_totals_include_the_imported_days_and_say_visitors_are_summed_days(ask: 
     answer = ask(metrics=TOTALS, include={"imports": True})
     visits = 4 * n
     assert answer["results"] == [
-        {"dimensions": [], "metrics": [n, visits, 2 * n, round(100 * 3 * n / visits, 1), round(5 * n / visits), 0.5]}
+        {"dimensions": [], "metrics": [n, visits, 2 * n, round(100 * 3 * n / visits, 1), round(5 * n / visits)]}
     ]
     meta = answer["meta"]
     assert meta["imports_included"] is True
@@ -85,6 +85,8 @@ def test_a_question_the_export_cannot_answer_leaves_imports_out_and_says_why(ask
         pages["meta"]["imports_skip_reason"] == "unsupported_query"
         and "no bounce_rate" in pages["meta"]["imports_warning"]
     )
+    per_visit = ask(metrics=["views_per_visit"], include={"imports": True})
+    assert "no views_per_visit" in per_visit["meta"]["imports_warning"], "the visitors table's page views are the day's"
     elsewhere = ask(metrics=["visitors"], date_range=["2025-01-01", "2025-01-31"], include={"imports": True})
     assert elsewhere["meta"]["imports_included"] is False
     assert elsewhere["meta"]["imports_skip_reason"] == "no_imported_data"
