@@ -38,21 +38,22 @@ class TableQuery:
 
 
 def _session(m: dict[str, Any]) -> dict[str, int]:
+    # A row with events but no visit begun in it (a day a visit from the day before runs into) has no visit sums.
     return {
         "visitors": m["visitors"],
-        "visits": m["visits"],
-        "visit_duration": round(m["duration_ms"] / 1000),
-        "bounces": m["bounces"],
-        "pageviews": m["visit_pageviews"],
+        "visits": m.get("visits", 0),
+        "visit_duration": round(m.get("duration_ms", 0) / 1000),
+        "bounces": m.get("bounces", 0),
+        "pageviews": m.get("visit_pageviews", 0),
     }
 
 
 def _entries(m: dict[str, Any]) -> dict[str, int]:
-    return {**_session(m), "entrances": m["visits"]}
+    return {**_session(m), "entrances": m.get("visits", 0)}
 
 
 def _exits(m: dict[str, Any]) -> dict[str, int]:
-    return {**_session(m), "exits": m["visits"]}
+    return {**_session(m), "exits": m.get("visits", 0)}
 
 
 def _days(m: dict[str, Any]) -> dict[str, int]:
@@ -60,7 +61,7 @@ def _days(m: dict[str, Any]) -> dict[str, int]:
 
 
 def _pages(m: dict[str, Any]) -> dict[str, int]:
-    return {"visits": m["visits"], "visitors": m["visitors"], "pageviews": m["pageviews"]}
+    return {"visits": m.get("visits", 0), "visitors": m["visitors"], "pageviews": m["pageviews"]}
 
 
 def _events(m: dict[str, Any]) -> dict[str, int]:

@@ -110,7 +110,7 @@ class KafkaSettings:
     controller_port: int = 9793
     heap: str = "1g"
     # More JVM options of the bundled broker and the Kafka tools Tally runs, after Tally's own (the
-    # heap, G1): conf/test.yaml's C1-only JIT, say.
+    # heap, G1): a collector's tuning, say, or -XX:TieredStopAtLevel=1 for short-lived test brokers.
     java_options: str = ""
     pageviews_topic: str = "pageviews"
     # One per core of a one-machine install: each partition is a batch of its own in every produce
