@@ -84,7 +84,13 @@ def sidebar(view: View, sites: list[str], ask: Asker, now: dt.datetime, *, timez
         else:
             start, end = first, last
     compare = bar.checkbox("Compare with the previous period", value=view.compare, key="compare")
-    chosen_view = replace(view, site=site, preset=preset, start=start, end=end, compare=compare)
+    imports = bar.checkbox(
+        "Include imported history",
+        value=view.imports,
+        key="imports",
+        help="History brought in by `tally import` (days before this site's own events), drawn apart and marked.",
+    )
+    chosen_view = replace(view, site=site, preset=preset, start=start, end=end, compare=compare, imports=imports)
     days = Range(*chosen_view.dates(today))
     values = functools.cache(lambda: picker_values(ask, site, days))  # asked once, and only by an open menu
 

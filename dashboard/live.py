@@ -98,6 +98,6 @@ def headline(run: PageRun, reports: PageReports, now: dt.datetime, meaning: str,
         )
     panels.kpis(current, before_totals, shown.exact, meaning, live=live)
     notes = annotations_for(run.settings, view.site, days.shown.start, days.shown.end)
-    series_chart.time_series(series, before_series, days.grain, notes, timezone=zone)
+    series_chart.time_series(series, before_series, days.grain, notes, timezone=zone, imported=run.imported)
     data_age(health.newest_window(run.ask, view.site, now.date()).result(), now, refresh, zone)
     return current

@@ -15,15 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import streamlit as st
 
-from dashboard import health, panels, top_tables, vitals_panel
+from dashboard import health, imported_history, panels, top_tables, vitals_panel
 from dashboard.answers import EVERY_TABLE, AnswerCache, Asker
 from dashboard.controls import sidebar
+from dashboard.export import sidebar_exports
 from dashboard.fragments import in_fragment
 from dashboard.live import live_figures
 from dashboard.questions import PageRun, Questions, ask_questions, site_days, within_memory
 from dashboard.view import View, ViewError, from_query, range_label, to_query
 from query.aggregates import Aggregates, Totals
-from query.site_time import local_time
+from query.site_time import local_time, local_today
 from query.sources import Sources
 from tally.annotations import MAX_TEXT, AnnotationError, add_annotation
 from tally.log import kv
@@ -114,7 +115,13 @@ def show(
     sources = Sources(settings, ask.agg)  # the page run's one: every question below goes through it
     if not read_only:
         view = choose_view(view, sites, ask, sources, now)
-    run = PageRun(settings, sources, ask, view, now, site_days(sources, view, now))
+    days = site_days(sources, view, now)
+    history = (
+        imported_history.daily(sources, view.site, days.shown.start, days.shown.end)
+        if view.imports and not view.filtered
+        else {}
+    )
+    run = PageRun(settings, sources, ask, view, now, days, history)
     asked = ask_questions(run, every_site=every_site)
     draw_heading(run, asked, read_only=read_only)
     current = live_figures(run, asked.reports, allowed=allowed)
@@ -144,6 +151,8 @@ def choose_view(view: View, sites: list[str], ask: Asker, sources: Sources, now:
     """The sidebar's controls (not on a read-only shared view): return the view they describe, now in the URL."""
     view = sidebar(view, sites, ask, now, timezone_of=sources.timezone)
     st.sidebar.button("Refresh figures", key="refresh", help="Reads the tables again (keeps you logged in).")
+    zone = sources.timezone(view.site)
+    sidebar_exports(sources, view.site, *view.dates(local_today(zone, now)), zone)
     st.query_params.from_dict(to_query(view))
     return view
 
@@ -202,6 +211,7 @@ def draw_panels(
         in_fragment(
             "top_tables", run.run_id, allowed, lambda: top_tables.top_tables(report, shown_vitals.scroll_depths())
         )
+        imported_history.draw(run.sources, view.site, run.days.shown.start, run.days.shown.end, run.imported)
         panels.events_and_goals(report, current, view.goals)
         panels.custom_properties(asked.views, filtered=view.filtered)
         panels.funnel(asked.reports.raw, view.funnel)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -73,6 +73,8 @@ class PageRun:
     view: View
     now: dt.datetime
     days: SiteDays
+    # Imported history's page views and visitors by local date in the range (none when left out or filtered).
+    imported: Mapping[dt.date, Mapping[str, int]] = field(default_factory=dict)
     run_id: str = field(default_factory=new_page_run)
 
 

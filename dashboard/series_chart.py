@@ -3,7 +3,9 @@ the range's annotations; drawn as HTML over an SVG image of its lines (:func:`da
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+from collections.abc import Mapping
 
 import pandas as pd
 import streamlit as st
@@ -22,7 +24,13 @@ def wall_clock(times: pd.Series, timezone: str) -> pd.Series:
     return times.dt.tz_convert(timezone).dt.tz_localize(None)
 
 
-SERIES_COLOURS = {"Page views": "#1f77b4", "Visitors": "#ff7f0e", "Page views (previous period)": "#aec7e8"}
+SERIES_COLOURS = {
+    "Page views": "#1f77b4",
+    "Visitors": "#ff7f0e",
+    "Page views (previous period)": "#aec7e8",
+    "Page views (imported)": "#6a51a3",
+    "Visitors (imported)": "#b15928",
+}
 TIME_TICKS = 7  # labels on the time axis, at most
 
 
@@ -61,16 +69,22 @@ def time_series(
     notes: list[Annotation] | None = None,
     *,
     timezone: str = "UTC",
+    imported: Mapping[dt.date, Mapping[str, int]] | None = None,
 ) -> None:
     """Page views and visitors per bucket (the site's local hours or dates, ``timezone``), the previous
     period overlaid on the same axis, and the range's annotations as dashed rules with their text;
     drawn as HTML and SVG (:func:`dashboard.markup.line_chart`: a Vega chart cost a warm tab about
-    0.25 s, docs/DASHBOARD.md), every text escaped."""
+    0.25 s, docs/DASHBOARD.md), every text escaped. ``imported``: imported history's page views and
+    visitors by local date (:mod:`dashboard.imported_history`), drawn as lines of their own."""
     st.subheader(f"Page views and visitors per {grain}")
     times = wall_clock(current["time"], timezone)
     series = {"Page views": current["pageviews"], "Visitors": current["visitors"]}
     if previous is not None and len(previous) == len(current):
         series["Page views (previous period)"] = previous["pageviews"]
+    if imported and grain == "day":
+        dates = [t.date() for t in times]
+        for metric, name in (("pageviews", "Page views (imported)"), ("visitors", "Visitors (imported)")):
+            series[name] = pd.Series([imported[d][metric] if d in imported else None for d in dates], dtype="float")
     lines = [
         Line(name, SERIES_COLOURS[name], [None if pd.isna(v) else float(v) for v in values])
         for name, values in series.items()

@@ -60,6 +60,7 @@ class View:
     filters: Mapping[str, str] = field(default_factory=dict)
     funnel: tuple[Step, ...] = ()
     goals: tuple[Step, ...] = ()
+    imports: bool = True  # imported history (tally import) shown in the chart and its own tables
 
     def dates(self, today: dt.date) -> tuple[dt.date, dt.date]:
         """The chosen range as inclusive dates of the site's days (``today`` is the site's local date)."""
@@ -130,6 +131,7 @@ def from_query(params: Mapping[str, str], *, default_site: str) -> View:
         filters={key: params[f"f_{key}"] for key in FILTERS if params.get(f"f_{key}")},
         funnel=funnel,
         goals=_steps("goals", params.get("goals", "")),
+        imports=params.get("imports", "1") != "0",
     )
 
 
@@ -140,6 +142,8 @@ def to_query(view: View) -> dict[str, str]:
         params |= {"from": view.start.isoformat(), "to": view.end.isoformat()}
     if not view.compare:
         params["compare"] = "0"
+    if not view.imports:
+        params["imports"] = "0"
     params |= {f"f_{key}": value for key, value in sorted(view.filters.items())}
     if view.funnel:
         params["funnel"] = ",".join(map(str, view.funnel))

@@ -113,6 +113,8 @@ def export_rows(
                 continue  # as Plausible's export: a visit of an unknown country has no location row
             row.update(asked.metrics(measured["metrics"]))
             rows.append(row)
+        keys = ["date", *(column for _, column in asked.dimensions)]
+        rows.sort(key=lambda r: tuple(str(r[k]) for k in keys))  # the same range exports the same bytes
         yield name, rows
 
 

@@ -169,3 +169,10 @@ def _number(value: Any) -> float:
     if value is None:
         return 0.0
     return float(value.value) if isinstance(value, Estimate) else float(value)
+
+
+def totals(dimension: str | None, rows: pa.Table) -> dict[Any, dict[str, int]]:
+    """An export table's ``rows`` summed by ``dimension``'s value (a date as ISO text, "" as "(none)"):
+    visitors, visits, pageviews, events, bounces and seconds, as the Stats API adds them."""
+    table, column = DIMENSION_TABLES[dimension]
+    return _imported_totals(Plan(table, column), rows)
