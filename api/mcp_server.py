@@ -13,6 +13,11 @@ again on every call, so ``tally apikey revoke`` stops a running session too.
 Only stdio: the SDK's HTTP authentication is OAuth 2.1 (a token verifier behind an authorization
 server's issuer URL, with protected-resource metadata), which Tally's static keys would have to
 fake; stdio needs no listening port and is how desktop MCP clients launch a local server.
+
+The sites are conf/'s folded with the sites topic, followed for the session as the HTTP API
+follows it (:class:`api.sites.SiteAdmin`): a site added with ``tally site add`` is listed and
+answered. ``list_sites`` and a question about a site not known yet first wait (once, for at most
+5 s) until the topic has been read.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from mcp.types import (
 from api.answering import Answering, Refused
 from api.keys import ApiKey
 from api.openapi import VITALS_NOTE, openapi_spec
+from api.sites import SiteAdmin
 from tally.log import kv
 from tally.settings import Settings
 
@@ -107,8 +113,9 @@ def tools() -> list[Tool]:
     ]
 
 
-def build_server(answering: Answering, presented: str) -> Server[Any]:
-    """The MCP server of one key (``presented``, checked again at every call)."""
+def build_server(answering: Answering, presented: str, sites: SiteAdmin | None = None) -> Server[Any]:
+    """The MCP server of one key (``presented``, checked again at every call); ``sites`` follows the
+    sites topic (none: conf/'s sites alone)."""
 
     async def list_tools(ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None) -> ListToolsResult:
         return ListToolsResult(tools=tools())
@@ -120,9 +127,11 @@ def build_server(answering: Answering, presented: str) -> Server[Any]:
                 Refused(401, f"the key in {API_KEY_ENV} is no longer valid (revoked?): set a live one and restart")
             )
         try:
+            if sites is not None and _needs_topic(answering, params):
+                await sites.settled()
             if params.name == SITES_TOOL:
-                sites = [{"site_id": s.site_id, "domains": list(s.domains)} for s in answering.readable_sites(key)]
-                return _tool_result({"sites": sites})
+                listed = [{"site_id": s.site_id, "domains": list(s.domains)} for s in answering.readable_sites(key)]
+                return _tool_result({"sites": listed})
             if params.name != QUERY_TOOL:
                 raise Refused(400, f"no tool {params.name!r}: the tools are {QUERY_TOOL} and {SITES_TOOL}")
             body = params.arguments or {}
@@ -135,6 +144,14 @@ def build_server(answering: Answering, presented: str) -> Server[Any]:
             return _tool_error(refused)
 
     return Server("tally", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def _needs_topic(answering: Answering, params: CallToolRequestParams) -> bool:
+    """Whether the call needs the runtime sites: every site listed, or a site conf/ does not name."""
+    if params.name == SITES_TOOL:
+        return True
+    site_id = (params.arguments or {}).get("site_id")
+    return isinstance(site_id, str) and answering.settings.site(site_id) is None
 
 
 def _tool_result(answer: dict[str, Any]) -> CallToolResult:
@@ -152,7 +169,9 @@ def serve_stdio(settings: Settings, *, environ: Mapping[str, str] = os.environ) 
     """Serve MCP over stdin/stdout until the client closes them; :class:`McpStartError` without a live key."""
     answering = Answering(settings)
     key = key_from_environment(answering, environ)
-    server = build_server(answering, environ[API_KEY_ENV].strip())
+    sites = SiteAdmin(settings, answering)
+    sites.start()
+    server = build_server(answering, environ[API_KEY_ENV].strip(), sites)
 
     async def serve() -> None:
         async with stdio_server() as (read_stream, write_stream):
@@ -162,4 +181,5 @@ def serve_stdio(settings: Settings, *, environ: Mapping[str, str] = os.environ) 
     try:
         anyio.run(serve)
     finally:
+        sites.close()
         answering.close()  # the raw question workers

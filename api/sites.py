@@ -47,6 +47,7 @@ class SiteAdmin:
         self.answering = answering
         self.registry = SiteRegistry(seed=settings.sites)
         self.follower: TopicFollower | None = None
+        self._waited = False
 
     def refresh(self) -> None:
         """Give the answering code the current sites (a new Settings, swapped in whole)."""
@@ -71,6 +72,19 @@ class SiteAdmin:
             raise Refused(
                 503, f"the sites topic cannot be read from Kafka at {self.settings.kafka.servers}; retry later"
             )
+
+    async def settled(self) -> bool:
+        """Whether the topic has been read to its end; the first call waits for it (bounded), the
+        later ones do not (``tally mcp``: a session whose broker is down answers from conf/'s sites)."""
+        if self.follower is None:
+            return False
+        if not self._waited:
+            self._waited = True
+            if not await asyncio.to_thread(self.follower.caught_up.wait, READY_WAIT_S):
+                log.warning(
+                    "sites topic not read; only conf/'s sites are known", extra=kv(servers=self.settings.kafka.servers)
+                )
+        return self.follower.caught_up.is_set()
 
     def listing(self) -> dict[str, Any]:
         sites = [site_json(s) | {"origin": self.registry.origin(s.site_id)} for s in self.registry.sites()]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ops.actions import Handler, actions
+from ops.site_commands import with_runtime_sites, with_sites_named
 from tally.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ def run_report_send(args: argparse.Namespace, settings: Settings) -> int:
         print("no reports configured: add them under notify.reports in conf/tally.yaml (docs/REPORTS-AND-ALERTS.md)")
         return EXIT_OK
     now = args.now or dt.datetime.now(dt.UTC)
+    settings = with_sites_named(settings, tuple(sub.site for sub in settings.notify.reports))  # runtime sites too
     due = due_reports(settings, Sources(settings), now, lambda: archiver_lag(settings), site=args.site)
     if args.dry_run:
         _print_messages([(d.message.subject, d.message.text, ", ".join(t.recipient for t in d.targets)) for d in due])
@@ -124,6 +126,8 @@ def run_alerts_check(args: argparse.Namespace, settings: Settings) -> int:
         print("alerts are off: list notify.alerts.emails or webhooks in conf/tally.yaml (docs/REPORTS-AND-ALERTS.md)")
         return EXIT_OK
     now = args.now or dt.datetime.now(dt.UTC)
+    # The sites configured now: every one (runtime sites too) unless the rules name some.
+    settings = with_sites_named(settings, rules.sites) if rules.sites else with_runtime_sites(settings)
     agg = Aggregates(settings)
     sites = rules.sites or tuple(s.site_id for s in settings.sites)
     unknown = [site for site in sites if settings.site(site) is None]

@@ -66,6 +66,12 @@ def with_sites_named(settings: Settings, site_ids: tuple[str, ...]) -> Settings:
     seeded = {s.site_id for s in settings.sites}
     if all(site in seeded or site == "*" for site in site_ids):
         return settings
+    return with_runtime_sites(settings)
+
+
+def with_runtime_sites(settings: Settings) -> Settings:
+    """``settings`` with the sites configured now (conf/'s folded with the sites topic); when the
+    topic cannot be read, conf/'s sites alone, and a line on stderr says why."""
     try:
         return settings.with_sites(current_sites(settings).sites())
     except SiteCommandError as e:

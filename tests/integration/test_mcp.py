@@ -17,18 +17,19 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-import anyio
 import pandas as pd
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.types import CallToolResult, TextContent
+from mcp import ClientSession
+from mcp.types import CallToolResult
 from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.keys import create_key, revoke_key
 from simulator.synthetic import synthetic_events
 from tally.settings import PROJECT_ROOT, Settings, load_settings
+from tests.support.mcp_client import text
+from tests.support.mcp_client import with_session as mcp_session
 
 SITE, OTHER = "demo.tally.local", "limited.tally.test"  # the sites of conf/test.yaml
 WHOLE = ["2026-03-01", "2026-03-03"]
@@ -66,26 +67,7 @@ def tally(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tally]:
 
 def with_session(tally: Tally, key: str, scenario: Callable[[ClientSession], Awaitable[T]]) -> T:
     """Run ``scenario`` against ``tally mcp`` started by the SDK's stdio client with ``key``."""
-    server = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "tally", "mcp"],
-        env={**tally.env, "TALLY_API_KEY": key},
-        cwd=str(PROJECT_ROOT),
-    )
-
-    async def session() -> T:
-        with anyio.fail_after(60):
-            async with stdio_client(server) as (read, write), ClientSession(read, write) as client:
-                await client.initialize()
-                return await scenario(client)
-
-    return anyio.run(session)
-
-
-def text(result: CallToolResult) -> str:
-    [content] = result.content
-    assert isinstance(content, TextContent)
-    return content.text
+    return mcp_session(tally.env, key, scenario)
 
 
 def query(body: dict[str, Any]) -> dict[str, Any]:

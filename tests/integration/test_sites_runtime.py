@@ -1,6 +1,7 @@
 """Sites at runtime against a real broker and two ingest processes: `tally site add` is followed by
 both within seconds, `tally site remove` too, a restarted ingest still knows the runtime site, and a
-garbage record on the sites topic costs nothing."""
+garbage record on the sites topic costs nothing; `tally mcp` and `tally alerts check` know the
+runtime sites too."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from mcp import ClientSession
 
 from ops.processes import Service, Supervisor
 from ops.stack import free_ports, http_ok
 from tally.settings import Settings
 from tests.integration.conftest import wait_for
+from tests.support.mcp_client import text, with_session
 
 FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
 FOLLOW_S = 10  # the bound on "within seconds": a follower polls every 0.2 s
@@ -226,3 +229,26 @@ def test_a_site_added_at_runtime_can_be_annotated_and_granted_from_the_command_l
     # The site is known to `tally share`: what stops this link is its creator's access, not the site.
     shared = tally("share", "create", "--site", site, "--creator", "nobody")
     assert "is not configured" not in shared.stderr and "'nobody' is not a dashboard user" in shared.stderr
+
+
+def test_mcp_and_the_alerts_know_a_site_added_at_runtime(settings: Settings, kafka: str) -> None:
+    site = f"mcp-{uuid.uuid4().hex[:8]}.example"
+    assert tally("site", "add", site, "--domains", site).returncode == 0
+    created = tally("apikey", "create", "--name", "runtime site", "--sites", site)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.splitlines()[0]
+
+    async def scenario(client: ClientSession) -> tuple[Any, Any]:
+        listed = await client.call_tool("list_sites", {})
+        asked = {"site_id": site, "metrics": ["pageviews"], "date_range": "day"}
+        answered = await client.call_tool("query", asked)
+        assert not answered.is_error, text(answered)
+        return listed.structured_content, answered.structured_content
+
+    listed, answered = with_session(os.environ, key, scenario)
+    assert listed == {"sites": [{"site_id": site, "domains": [site]}]}
+    assert answered is not None and answered["results"] == [{"metrics": [0], "dimensions": []}]
+
+    checked = tally("alerts", "check", "--dry-run")  # every site's rules, the runtime one's too
+    assert checked.returncode == 0, checked.stderr
+    assert site in checked.stdout
