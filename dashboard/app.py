@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboard.auth import effective_query, visible_sites
 from dashboard.login import check_site, logout_button, require_viewer, share_view_button, still_allowed
-from dashboard.page import show
+from dashboard.page import compact_view, show
 from dashboard.sites import with_current_sites
 from dashboard.view import to_query
 from tally.settings import load_settings
@@ -18,6 +18,8 @@ from tally.settings import load_settings
 st.set_page_config(page_title="Tally", layout="wide")
 settings = with_current_sites(load_settings())  # conf/'s sites and those added at runtime (tally site)
 viewer = require_viewer(settings)
+if viewer.read_only and st.context.is_embedded:  # a share link framed by its site's page (?embed=true)
+    compact_view()
 logout_button(viewer, settings)
 sites = visible_sites(viewer, settings)
 if not sites:

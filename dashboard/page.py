@@ -130,6 +130,16 @@ def show(
     return view
 
 
+# A share link's page in a frame on the site's own page: Streamlit's embedded mode (``?embed=true``)
+# already leaves out its header, toolbar and padding; the sidebar (the link's expiry) goes too.
+COMPACT_STYLE = "<style>[data-testid=stSidebar],[data-testid=stSidebarCollapsedControl]{display:none!important}</style>"
+
+
+def compact_view() -> None:
+    """Draw the page compact, for a frame (``?embed=true`` on a share link: docs/DASHBOARD.md, "Embedding")."""
+    st.html(COMPACT_STYLE)
+
+
 def read_view(params: Mapping[str, str], *, default_site: str) -> View:
     """The view in ``params`` (the URL, or a share link's pinned view); a bad one stops the page with what to do."""
     try:

@@ -149,6 +149,7 @@ def site_from_args(args: argparse.Namespace) -> SiteSettings:
         "client_pageviews_per_hour": args.client_pageviews_per_hour,
         "honour_opt_out": args.honour_opt_out,
         "timezone": args.timezone,
+        "embed_origins": _names(args.embed_origins),
     }
     if not values["domains"]:
         raise SiteCommandError("give the hosts whose pages send for the site: --domains example.com,www.example.com")
@@ -187,6 +188,10 @@ def add_site_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("--honour-opt-out", action="store_true", help="drop events of requests with DNT: 1 or Sec-GPC: 1")
     add.add_argument(
         "--timezone", default="UTC", help="IANA zone the site's days are counted in, e.g. Europe/Berlin (default UTC)"
+    )
+    add.add_argument(
+        "--embed-origins",
+        help="origins whose pages may show the site's share links in a frame, e.g. https://www.example.com",
     )
     add.add_argument("--replace", action="store_true", help="write an existing site again, exactly as given")
     add.set_defaults(action=run_add)

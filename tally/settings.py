@@ -688,8 +688,17 @@ class SiteSettings:
     honour_opt_out: bool = False
     # The IANA time zone the site's days are counted in (dashboard and API ranges); the views stay in UTC.
     timezone: str = "UTC"
+    # Origins whose pages may show this site's share links in a frame (an embedded dashboard), e.g.
+    # ["https://www.example.com"]; no other page of the dashboard may be framed by them.
+    embed_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for origin in self.embed_origins:
+            if not FRAME_ANCESTOR.fullmatch(origin):
+                raise SettingsError(
+                    f"sites ({self.site_id}).embed_origins: {origin!r} is not an origin; write scheme and host,"
+                    " e.g. https://www.example.com (or https://example.com:8443), without a path"
+                )
         try:
             zoneinfo.ZoneInfo(self.timezone)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError) as e:
