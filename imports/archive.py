@@ -7,6 +7,7 @@ not compressed, and CSV compressed by a ZIP tool grows 5 to 20 times). Nothing i
 from __future__ import annotations
 
 import hashlib
+import io
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,12 +50,14 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def entries(path: Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[Entry]:
-    """The files of the ZIP at ``path``, checked against ``limits`` before any is unpacked."""
-    if not zipfile.is_zipfile(path):
+def entries(path: Path, limits: Limits = DEFAULT_LIMITS, *, content: bytes | None = None) -> Iterator[Entry]:
+    """The files of the ZIP at ``path`` (or of ``content``, a ZIP's bytes that came in ``path``, as
+    in Umami's JSON answer), checked against ``limits`` before any is unpacked."""
+    source: Path | io.BytesIO = path if content is None else io.BytesIO(content)
+    if not zipfile.is_zipfile(source):
         raise FormatError(path.name, "not a ZIP archive; give the .zip file the export downloaded, unopened")
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(source)
     except (zipfile.BadZipFile, OSError) as e:
         raise FormatError(path.name, f"the ZIP archive cannot be read ({e})") from None
     with archive:
@@ -62,7 +65,7 @@ def entries(path: Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[Entry]:
         files = [i for i in files if PurePosixPath(i.filename).name not in _TOOL_FILES]
         _check(path.name, files, limits)
         for info in files:
-            yield Entry(PurePosixPath(info.filename).name, _unpacked(archive, info, limits))
+            yield Entry(PurePosixPath(info.filename).name, _unpacked(path.name, archive, info, limits))
 
 
 def _check(archive: str, files: list[zipfile.ZipInfo], limits: Limits) -> None:
@@ -86,9 +89,9 @@ def _check(archive: str, files: list[zipfile.ZipInfo], limits: Limits) -> None:
         raise FormatError(archive, f"{total:,} bytes unpacked in all, over the limit of {limits.max_total_bytes:,}")
 
 
-def _unpacked(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limits: Limits) -> bytes:
+def _unpacked(name: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limits: Limits) -> bytes:
     """The file's bytes, read no further than its stated size allows (zipfile checks its CRC)."""
-    where = f"{archive.filename and Path(archive.filename).name}: {info.filename}"
+    where = f"{name}: {info.filename}"
     try:
         with archive.open(info) as source:
             data = source.read(min(info.file_size, limits.max_file_bytes) + 1)

@@ -19,17 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from imports.csv_cells import BOM, MAX_VALUE_CHARS, utf8_text, whole_number_problem
 from tally.plausible_export import FileName, FormatError, TableFormat, column_type
-
-MAX_VALUE_CHARS = 2048  # a dimension value longer than this is refused (ingest keeps URLs shorter)
-_BOM = b"\xef\xbb\xbf"
 
 
 def read_rows(name: str, data: bytes, where: FileName) -> pa.Table:
     """The rows of one export file (``name``, its bytes ``data``): every column of its table's
     format, in the format's order, defaults filled in."""
     fmt = where.table
-    data = data.removeprefix(_BOM)
+    data = data.removeprefix(BOM)
     header = _header(name, data, fmt)
     wanted = [c for c in header if c in fmt.columns]
     try:
@@ -79,10 +77,9 @@ def _header(name: str, data: bytes, fmt: TableFormat) -> list[str]:
 def _located(name: str, data: bytes, header: list[str], fmt: TableFormat) -> FormatError | None:
     """The first line and column Arrow could not read, found by reading the file line by line."""
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        return FormatError(f"{name}, line {line}", "not UTF-8 text; save the file as UTF-8")
+        text = utf8_text(name, data)
+    except FormatError as e:
+        return e
     rows = csv.reader(io.StringIO(text, newline=""))
     next(rows, None)
     for number, row in enumerate(rows, start=2):
@@ -105,10 +102,7 @@ def _cell_problem(column: str, cell: str) -> str:
         except ValueError:
             return f"{cell[:40]!r} is not a date (YYYY-MM-DD)"
     elif kind == pa.int64() and cell != "":
-        if not cell.lstrip("-").isdigit() or not cell.isascii():
-            return f"{cell[:40]!r} is not a whole number"
-        if int(cell) >= 2**63:
-            return f"{cell[:40]} is too large"
+        return whole_number_problem(cell)
     return ""
 
 

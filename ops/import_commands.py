@@ -1,5 +1,6 @@
-"""``tally import plausible|list|remove``: a site's history from Plausible's CSV export, kept in
-``imported.daily`` beside the views built from the log (docs/IMPORT-EXPORT.md)."""
+"""``tally import plausible|umami|list|remove``: a site's history from Plausible's CSV export (kept
+in ``imported.daily``) or Umami's website export (its range's totals, in ``imported.ranges``), beside
+the views built from the log (docs/IMPORT-EXPORT.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ EXIT_USAGE = 2
 
 
 def add_import_arguments(parser: argparse.ArgumentParser) -> None:
-    """``tally import plausible EXPORT.zip --site S``, ``tally import list`` and ``tally import remove ID``."""
+    """``tally import plausible EXPORT.zip --site S``, ``tally import umami EXPORT --site S --from D --to D``,
+    ``tally import list`` and ``tally import remove ID``."""
     sub = parser.add_subparsers(dest="import_action", required=True, metavar="ACTION")
     plausible = sub.add_parser(
         "plausible",
@@ -26,6 +28,30 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
     plausible.add_argument("archive", type=Path, help="the export's .zip, as Plausible gave it")
     plausible.add_argument("--site", required=True, help="the Tally site to import into (tally site list)")
     plausible.set_defaults(action=run_plausible)
+    umami = sub.add_parser(
+        "umami",
+        help="Import Umami's website export (GET /api/websites/{id}/export: its JSON answer, or the ZIP in it)"
+        " into a site.",
+        description="Import Umami's website export into a site: each page's, referrer's, browser's, OS's,"
+        " device's and country's visitors (Umami's sessions) and each custom event's count, over the whole range"
+        " the export was asked for, its top 500 values a file. The export holds no dates, so give its range:"
+        " the Stats API adds these figures only to a question of one of those breakdowns whose dates hold the"
+        " whole range. A range that reaches the site's own first day or an earlier import is refused whole;"
+        " nothing is stored unless every file is valid.",
+    )
+    umami.add_argument(
+        "export", type=Path, help='the export\'s .zip, or the route\'s answer ({"zip": "<base64>"}) saved to a file'
+    )
+    umami.add_argument("--site", required=True, help="the Tally site to import into (tally site list)")
+    umami.add_argument(
+        "--from",
+        dest="start",
+        required=True,
+        metavar="YYYY-MM-DD",
+        help="the first day of the range the export was asked for (a day of the site's time zone)",
+    )
+    umami.add_argument("--to", dest="end", required=True, metavar="YYYY-MM-DD", help="its last day")
+    umami.set_defaults(action=run_umami)
     listed = sub.add_parser("list", help="List the imports: id, site, range, rows, file and when.")
     listed.add_argument("--site", help="only this site's imports")
     listed.set_defaults(action=run_list)
@@ -69,19 +95,54 @@ def run_plausible(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def run_umami(args: argparse.Namespace, settings: Settings) -> int:
+    from imports.store import ImportRefused, add_range_import
+    from imports.umami import read_umami
+    from tally.plausible_export import FormatError
+    from tally.umami_export import ROW_LIMIT
+
+    def progress(name: str, rows: int) -> None:
+        cut = f" (Umami's top {ROW_LIMIT}: values past them are not in the export)" if rows >= ROW_LIMIT else ""
+        print(f"  {name}: {rows:,} rows{cut}", flush=True)
+
+    try:
+        start, end = dt.date.fromisoformat(args.start), dt.date.fromisoformat(args.end)
+    except ValueError as e:
+        print(f"tally import: --from and --to are days, YYYY-MM-DD ({e})\nnothing was imported", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.export.is_file():
+        print(f"tally import: no file {args.export}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = with_sites_named(settings, (args.site,))
+    print(f"reading {args.export} ...", flush=True)
+    try:
+        export = read_umami(args.export, progress=progress)
+        record = add_range_import(
+            settings, args.site, export, first=start, last=end, origin="umami", now=dt.datetime.now(dt.UTC)
+        )
+    except (FormatError, ImportRefused) as e:
+        print(f"tally import: {e}\nnothing was imported", file=sys.stderr)
+        return EXIT_USAGE
+    print(
+        f"import {record.import_id} into {record.site_id}: {sum(record.rows.values()):,} rows,"
+        f" {record.first} to {record.last} as one range (the export has no dates)"
+    )
+    return 0
+
+
 def run_list(args: argparse.Namespace, settings: Settings) -> int:
     from imports.store import imports
 
     found = imports(settings, args.site)
     if not found:
-        print("no imports yet: tally import plausible EXPORT.zip --site SITE")
+        print("no imports yet: tally import plausible EXPORT.zip --site SITE, or tally import umami EXPORT --site SITE")
         return 0
     print(f"{'ID':<32}  {'SITE':<24}  {'FROM':<10}  {'TO':<10}  {'ROWS':>9}  {'IMPORTED (UTC)':<16}  FILE")
     for r in found:
         rows = sum(r.rows.values())
         print(
             f"{r.import_id:<32}  {r.site_id:<24}  {r.first}  {r.last}  {rows:>9,}  {r.imported_at:%Y-%m-%d %H:%M}"
-            f"  {r.file_name} ({r.origin})"
+            f"  {r.file_name} ({r.origin}{'' if r.dated else ': one range, no dates'})"
         )
     return 0
 

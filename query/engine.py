@@ -51,10 +51,6 @@ _TIME_METRICS = ("visitors", "pageviews", "visits")
 _TRAFFIC_METRICS = ("visitors", "pageviews", "events", "percentage", "visits", "bounce_rate", "visit_duration")
 _ENTRY_EXIT_METRICS = ("visits", "bounce_rate", "visit_duration")
 _COUNTS = ("visitors", "pageviews", "events", "visits")  # 0 where a row has none; rates are null
-IMPORTED_VISITORS = (
-    "the log's visitors plus imported visitors, which are each imported day's unique visitors added up"
-    " (as Plausible adds them): a visitor of two imported days counts twice"
-)
 
 
 class Sources(VitalsSources, Protocol):
@@ -65,6 +61,7 @@ class Sources(VitalsSources, Protocol):
     def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str: ...
     def open_visits(self, site_id: str, start: dt.date, end: dt.date) -> int: ...
     def imported(self, site_id: str, start: dt.date, end: dt.date, table: str) -> pa.Table: ...
+    def imported_ranges(self, site_id: str, start: dt.date, end: dt.date) -> pa.Table: ...
 
 
 @dataclass(frozen=True)
@@ -103,12 +100,14 @@ def fits_aggregates(query: Query) -> bool:
 
 def run(query: Query, sources: Sources) -> Answer:
     """Answer ``query``; raises :class:`QueryError` for a question Tally cannot answer."""
-    rows, source, imports = _with_imports(query, sources) if query.imports else (*_rows(query, sources), {})
+    rows, source, imports, imported_visitors = (
+        _with_imports(query, sources) if query.imports else (*_rows(query, sources), {}, "")
+    )
     rows = _ordered(rows, query)
     meta: dict[str, Any] = {"source": source, "metrics": {m: _metric_meta(m, rows, source) for m in query.metrics}}
     meta.update(imports)
     if imports.get("imports_included") and "visitors" in query.metrics:
-        meta["metrics"]["visitors"] = {"exact": False, "method": IMPORTED_VISITORS}
+        meta["metrics"]["visitors"] = {"exact": False, "method": imported_visitors}
     meta["timezone"] = query.timezone  # the zone the dates and time buckets are the site's days and hours in
     _mark_open_visits(query, sources, meta)
     if "visitors" in query.metrics or "percentage" in query.metrics:
@@ -133,23 +132,18 @@ def run(query: Query, sources: Sources) -> Answer:
     return Answer(results, meta)
 
 
-def _with_imports(query: Query, sources: Sources) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
-    """The log's rows with imported history added where it can answer (:mod:`query.imported`), and
-    Plausible's ``imports_*`` meta saying whether it was."""
+def _with_imports(query: Query, sources: Sources) -> tuple[list[dict[str, Any]], str, dict[str, Any], str]:
+    """The log's rows with imported history added where it can answer (:mod:`query.imported`),
+    Plausible's ``imports_*`` meta saying whether it was, and what imported visitors count."""
     found = imported.plan(query)
-    if not found.table:
+    ranges = imported.range_part(query, sources.imported_ranges(query.site_id, query.start, query.end))
+    if not found.table:  # a range import answers fewer questions than the daily tables: none of these
         rows, source = _rows(query, sources)
-        return (
-            rows,
-            source,
-            {"imports_included": False, "imports_skip_reason": found.skip_reason, "imports_warning": found.warning},
-        )
+        return rows, source, imported.imports_meta(found, False, ranges), ""
     rows, source = _rows(imported.native_query(query), sources)
-    rows_of_import = sources.imported(query.site_id, query.start, query.end, found.table)
-    rows, included = imported.combined(query, found, rows, rows_of_import)
-    if not included:
-        return rows, source, {"imports_included": False, "imports_skip_reason": imported.NO_IMPORTED_DATA}
-    return rows, source, {"imports_included": True}
+    daily = sources.imported(query.site_id, query.start, query.end, found.table)
+    rows, _ = imported.combined(query, found, rows, daily, ranges.rows)
+    return rows, source, imported.imports_meta(found, daily.num_rows > 0, ranges), imported.visitors_method(ranges)
 
 
 def _mark_open_visits(query: Query, sources: Sources, meta: dict[str, Any]) -> None:

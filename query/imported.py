@@ -1,7 +1,7 @@
-"""Imported history (``imported.daily``, written by ``tally import``) added to an answer when the
-question asks for it (``include: {"imports": true}``, as Plausible's Stats API), and only where the
-imported tables can answer it; ``meta`` says which (Plausible's ``imports_included``,
-``imports_skip_reason`` and ``imports_warning``).
+"""Imported history (``imported.daily`` and ``imported.ranges``, written by ``tally import``) added to
+an answer when the question asks for it (``include: {"imports": true}``, as Plausible's Stats API),
+and only where the imported tables can answer it; ``meta`` says which (Plausible's
+``imports_included``, ``imports_skip_reason`` and ``imports_warning``).
 
 An imported figure is combined with the log's as Plausible combines them: counts are added; a
 bounce rate, visit duration or views per visit is the average over the log's visits and the
@@ -10,6 +10,11 @@ are each day's unique visitors added up across days and rows, as Plausible adds 
 of two imported days counts twice: ``meta`` marks visitors approximate when imports are included.
 The import keeps only days before the site's own first event (``imports/store.py``), so no day is
 counted from both.
+
+A range import (Umami's export) has no days: each value's visitors (or, for custom events, events)
+over the range the export was asked for. It answers one breakdown of those figures, without
+filters, time or comparison, and only a question whose dates hold its whole range
+(``out_of_range`` otherwise, as Plausible says of dates its imports do not cover).
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ import dataclasses
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from query.spec import Query
 from tally.dimensions import NONE_VALUE
 from tally.sketches import Estimate
+from tally.umami_export import EVENTS_FILE
 
 # Plausible's reasons, in its words.
 UNSUPPORTED = "unsupported_query"
 NO_IMPORTED_DATA = "no_imported_data"
+OUT_OF_RANGE = "out_of_range"
 # An API dimension -> the export table that breaks its rows down and that table's column.
 DIMENSION_TABLES: dict[str | None, tuple[str, str | None]] = {
     None: ("visitors", None),
@@ -53,6 +61,29 @@ TABLE_METRICS = {
 }
 # The column that counts a table's visits: entry pages count entrances, exit pages exits.
 _VISITS_COLUMN = {"entry_pages": "entrances", "exit_pages": "exits"}
+# An API dimension -> the file of a range import (imported.ranges: Umami's export) that breaks it down.
+# A referrer's row is Umami's referrer domain (google.com), not a source's name (Google).
+RANGE_TABLES = {
+    "event:page": "pages",
+    "visit:source": "referrers",
+    "visit:browser": "browsers",
+    "visit:os": "os",
+    "visit:device": "devices",
+    "visit:country": "countries",
+    "event:name": EVENTS_FILE,
+}
+_RANGE_ANSWERS = (
+    "an imported range (Umami's export) has no days and no totals: it answers a breakdown by one of"
+    f" {', '.join(RANGE_TABLES)} of visitors (of events, by event:name), without filters, time or comparison"
+)
+IMPORTED_VISITORS = (
+    "the log's visitors plus imported visitors, which are each imported day's unique visitors added up"
+    " (as Plausible adds them): a visitor of two imported days counts twice"
+)
+RANGE_VISITORS = (
+    "; an imported range's visitors are Umami's sessions over its whole range, whose ids Umami salts anew"
+    " each month: over a range of more than a month a visitor counts once a month"
+)
 _RATES = ("bounce_rate", "visit_duration", "views_per_visit")
 _SUMS = ("visitors", "visits", "pageviews", "events", "bounces", "seconds")
 
@@ -86,6 +117,72 @@ def plan(query: Query) -> Plan:
     return Plan(table, column)
 
 
+def range_plan(query: Query) -> Plan:
+    """The file of a range import that answers ``query``, or the reason none can."""
+    asked = query.dimensions[0] if len(query.dimensions) == 1 else None
+    if query.filters or query.compare is not None or query.between is not None or asked not in RANGE_TABLES:
+        return Plan(skip_reason=UNSUPPORTED, warning=_RANGE_ANSWERS)
+    table = RANGE_TABLES[asked]
+    answered = ("events",) if table == EVENTS_FILE else ("visitors",)
+    missing = [m for m in query.metrics if m not in answered]
+    if missing:
+        warning = f"an imported range's {table} (Umami's {table}.csv) has no {', '.join(missing)}: only {answered[0]}"
+        return Plan(skip_reason=UNSUPPORTED, warning=warning)
+    return Plan(table, "value")
+
+
+@dataclasses.dataclass(frozen=True)
+class RangePart:
+    """What the range imports a question's dates meet give its answer: their rows it adds, and why
+    the others are left out."""
+
+    rows: pa.Table
+    skip_reason: str = ""
+    warning: str = ""
+
+
+def range_part(query: Query, found: pa.Table) -> RangePart:
+    """``found``, the site's range rows whose range meets the query's dates, split into the rows the
+    answer adds (of the imports its dates hold whole) and the reason for the others."""
+    if found.num_rows == 0:
+        return RangePart(found)
+    wanted = range_plan(query)
+    if not wanted.table:
+        return RangePart(found.slice(0, 0), wanted.skip_reason, wanted.warning)
+    whole = pc.and_(
+        pc.greater_equal(found.column("first_date"), pa.scalar(query.start)),
+        pc.less_equal(found.column("last_date"), pa.scalar(query.end)),
+    )
+    rows = found.filter(pc.and_(whole, pc.equal(found.column("table_name"), wanted.table)))
+    cut = found.filter(pc.invert(whole)).select(["first_date", "last_date"]).to_pylist()
+    if not cut:
+        return RangePart(rows)
+    spans = ", ".join(f"{a} to {b}" for a, b in sorted({(r["first_date"], r["last_date"]) for r in cut}))
+    warning = (
+        "an imported range (Umami's export has no days) is added only to a question whose dates hold all of it;"
+        f" left out: {spans}"
+    )
+    return RangePart(rows, OUT_OF_RANGE, warning)
+
+
+def imports_meta(daily: Plan, daily_included: bool, ranges: RangePart) -> dict[str, Any]:
+    """Plausible's ``imports_*`` keys: included when either kind of import added rows (a warning then
+    says which range imports were left out), else the reason: the daily tables' first."""
+    if daily_included or ranges.rows.num_rows:
+        return {"imports_included": True} | ({"imports_warning": ranges.warning} if ranges.warning else {})
+    found: dict[str, Any] = {
+        "imports_included": False,
+        "imports_skip_reason": daily.skip_reason or ranges.skip_reason or NO_IMPORTED_DATA,
+    }
+    warnings = [w for w in dict.fromkeys((daily.warning, ranges.warning)) if w]
+    return found | ({"imports_warning": "; ".join(warnings)} if warnings else {})
+
+
+def visitors_method(ranges: RangePart) -> str:
+    """What imported visitors count, as ``meta.metrics.visitors.method`` says it."""
+    return IMPORTED_VISITORS + (RANGE_VISITORS if ranges.rows.num_rows else "")
+
+
 def native_query(query: Query) -> Query:
     """The query the log answers when imports are added: with the visits (and page views) that
     weight a rate, so that the combined rate is the average over both."""
@@ -98,12 +195,17 @@ def native_query(query: Query) -> Query:
 
 
 def combined(
-    query: Query, found: Plan, rows: list[dict[str, Any]], imported: pa.Table
+    query: Query, found: Plan, rows: list[dict[str, Any]], imported: pa.Table, ranges: pa.Table | None = None
 ) -> tuple[list[dict[str, Any]], bool]:
-    """The log's ``rows`` (of :func:`native_query`) with the imported rows added; True when any was."""
-    if imported.num_rows == 0:
+    """The log's ``rows`` (of :func:`native_query`) with the imported rows added (the daily tables'
+    ``imported``, and the range imports' ``ranges`` of :func:`range_part`); True when any was."""
+    if imported.num_rows == 0 and (ranges is None or ranges.num_rows == 0):
         return rows, False
     totals = _imported_totals(found, imported)
+    for value, figures in (_range_totals(ranges) if ranges is not None else {}).items():
+        sums = totals.setdefault(value, dict.fromkeys(_SUMS, 0))
+        for metric, figure in figures.items():
+            sums[metric] += figure
     by_value = {tuple(r["dimensions"]): r for r in rows}
     for value, figures in totals.items():
         key = (value,) if found.column is not None else ()
@@ -128,15 +230,23 @@ def _imported_totals(found: Plan, imported: pa.Table) -> dict[Any, dict[str, int
             value = value.isoformat()
         elif found.column and not value:
             value = NONE_VALUE  # the export's "" is unknown (direct, for a source): the log's rows say "(none)"
-        sums = totals.setdefault(
-            value, dict.fromkeys(("visitors", "visits", "pageviews", "events", "bounces", "seconds"), 0)
-        )
+        sums = totals.setdefault(value, dict.fromkeys(_SUMS, 0))
         sums["visitors"] += r["visitors"]
         sums["visits"] += r[visits]
         sums["pageviews"] += r["pageviews"] if found.table != "custom_events" else 0
         sums["events"] += r[events]
         sums["bounces"] += r["bounces"]
         sums["seconds"] += r["visit_duration"]
+    return totals
+
+
+def _range_totals(ranges: pa.Table) -> dict[Any, dict[str, int]]:
+    """A range import's rows summed by value ("" as "(none)": a custom event Umami has no name of)."""
+    totals: dict[Any, dict[str, int]] = {}
+    for r in ranges.select(["value", "visitors", "events"]).to_pylist():
+        sums = totals.setdefault(r["value"] or NONE_VALUE, dict.fromkeys(_SUMS, 0))
+        sums["visitors"] += r["visitors"] or 0
+        sums["events"] += r["events"] or 0
     return totals
 
 

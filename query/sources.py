@@ -32,8 +32,8 @@ from query.zoned import ZonedReport, ZonedVitals
 from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
 from tally.storage import arrow_dataset, find_table
-from tally.table_schemas import IMPORTED_DAILY_SCHEMA
-from tally.tables import EVENTS, IMPORTED_DAILY, RAW_PAGEVIEWS, TRAFFIC_1M
+from tally.table_schemas import IMPORTED_DAILY_SCHEMA, IMPORTED_RANGES_SCHEMA
+from tally.tables import EVENTS, IMPORTED_DAILY, IMPORTED_RANGES, RAW_PAGEVIEWS, TRAFFIC_1M
 
 NO_SITE: Final = ""
 """The site of a question nothing can match (filters before the archiver has written any raw event).
@@ -148,6 +148,14 @@ class Sources:
             & (ds.field("date") >= start)
             & (ds.field("date") <= end)
         )
+        return arrow_dataset(found).to_table(filter=where)
+
+    def imported_ranges(self, site_id: str, start: dt.date, end: dt.date) -> pa.Table:
+        """The site's range imports' rows (every file's) whose range meets its local dates ``start`` to ``end``."""
+        found = find_table(self.settings, IMPORTED_RANGES)
+        if found is None:
+            return IMPORTED_RANGES_SCHEMA.empty_table()
+        where = (ds.field("site_id") == site_id) & (ds.field("first_date") <= end) & (ds.field("last_date") >= start)
         return arrow_dataset(found).to_table(filter=where)
 
     def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str:

@@ -1,5 +1,5 @@
 """Arrow schemas of the tables written outside Spark: ``raw.*`` by the archiver (delta-rs),
-``quality.*`` by the checks and the audit, ``imported.daily`` by ``tally import``. Readers use them
+``quality.*`` by the checks and the audit, ``imported.*`` by ``tally import``. Readers use them
 too, e.g. to give a table nothing has written yet its columns.
 """
 
@@ -114,6 +114,27 @@ IMPORTED_DAILY_SCHEMA = pa.schema(
         *((column, column_type(column)) for column in METRICS),
         ("file_name", pa.string()),
         ("file_digest", pa.string()),  # SHA-256 of the archive
+        ("imported_at", _TIMESTAMP),
+    ]
+)
+
+# imported.ranges: what the row is (site, import, which file of the export), the range of site-local
+# days its figure covers (the range the export was asked for: the files hold no dates), the value
+# and its figure: ``visitors`` (Umami's distinct sessions over the range) or, for custom events,
+# ``events`` (occurrences); the other is null.
+IMPORTED_RANGES_SCHEMA = pa.schema(
+    [
+        ("site_id", pa.string()),
+        ("import_id", pa.string()),
+        ("origin", pa.string()),  # umami
+        ("table_name", pa.string()),  # the export's file: events, pages, referrers, browsers, os, devices, countries
+        ("first_date", pa.date32()),
+        ("last_date", pa.date32()),
+        ("value", pa.string()),  # the file's x
+        ("visitors", pa.int64()),
+        ("events", pa.int64()),
+        ("file_name", pa.string()),
+        ("file_digest", pa.string()),  # SHA-256 of the file given to tally import
         ("imported_at", _TIMESTAMP),
     ]
 )

@@ -18,6 +18,10 @@ QUALITY_PARTITIONS = "quality.partitions"
 # History imported from another tool (imports/): one row per day and dimension value of one of the
 # export's tables, beside the log's views and never mixed into them; each import one commit.
 IMPORTED_DAILY = "imported.daily"
+# History another tool exports as totals of a range, without dates (Umami's export): one row per
+# value of one of its files, its figure over the whole range the export was asked for. Kept apart
+# from the daily rows, since no day can be told from it, and answered only for that range whole.
+IMPORTED_RANGES = "imported.ranges"
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ ALL_TABLES = (
     *(spec.table for spec in ALL_VIEWS),
     *QUALITY_TABLES,
     IMPORTED_DAILY,
+    IMPORTED_RANGES,
 )
 
 # Each archiver commit records, per Kafka (topic, partition), the next offset to read as a Delta

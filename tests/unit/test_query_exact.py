@@ -22,7 +22,7 @@ from query.plausible import parse_filter, parse_query
 from query.raw import RawQuery
 from query.report import Report
 from query.spec import Filter, Query, QueryError
-from tally.table_schemas import IMPORTED_DAILY_SCHEMA
+from tally.table_schemas import IMPORTED_DAILY_SCHEMA, IMPORTED_RANGES_SCHEMA
 
 SITE = "shop.example"
 TODAY = dt.date(2026, 11, 25)
@@ -150,6 +150,9 @@ class RawOnly:
 
     def imported(self, site_id: str, start: dt.date, end: dt.date, table: str) -> pa.Table:
         return IMPORTED_DAILY_SCHEMA.empty_table()  # nothing imported
+
+    def imported_ranges(self, site_id: str, start: dt.date, end: dt.date) -> pa.Table:
+        return IMPORTED_RANGES_SCHEMA.empty_table()  # nothing imported
 
     def aggregate_vitals(self, site_id: str, start: dt.date, end: dt.date) -> Any:
         raise AssertionError("this test asks no Core Web Vitals (tests/unit/test_query_vitals.py does)")

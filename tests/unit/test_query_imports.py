@@ -21,7 +21,7 @@ from query.imported import Plan, combined
 from query.spec import Query
 from tally.settings import Settings
 from tally.sketches import Estimate
-from tests.unit.test_import_plausible import DAYS, FIRST, LAST, full_export, write_zip
+from tests.support.plausible_files import DAYS, FIRST, LAST, full_export, write_zip
 
 NOW = dt.datetime(2026, 11, 25, 12, tzinfo=dt.UTC)
 TOTALS = ["visitors", "visits", "pageviews", "bounce_rate", "visit_duration"]

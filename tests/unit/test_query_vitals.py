@@ -26,7 +26,7 @@ from query.spec import VITALS_METRICS, Filter, QueryError
 from query.vitals import BandCounts, ExactVitals, VitalFigures, figures_from_rows
 from tally.settings import load_settings
 from tally.sketches import digest_from_values
-from tally.table_schemas import IMPORTED_DAILY_SCHEMA
+from tally.table_schemas import IMPORTED_DAILY_SCHEMA, IMPORTED_RANGES_SCHEMA
 from tally.vitals import BANDS, VITALS, VITALS_BY_NAME
 
 SITE = "shop.example"
@@ -276,6 +276,9 @@ class VitalsOnly:
 
     def imported(self, site_id: str, start: dt.date, end: dt.date, table: str) -> pa.Table:
         return IMPORTED_DAILY_SCHEMA.empty_table()  # nothing imported
+
+    def imported_ranges(self, site_id: str, start: dt.date, end: dt.date) -> pa.Table:
+        return IMPORTED_RANGES_SCHEMA.empty_table()  # nothing imported
 
 
 class _RowsReport:
