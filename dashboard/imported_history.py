@@ -10,9 +10,10 @@ own, so the two never cover the same day. The figures are the query layer's
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import pandas as pd
+import pyarrow as pa
 import streamlit as st
 
 from dashboard import markup
@@ -60,13 +61,48 @@ def breakdown(sources: Sources, site_id: str, start: dt.date, end: dt.date, dime
     return frame.sort_values(["visitors", "value"], ascending=[False, True]).head(ROWS).reset_index(drop=True)
 
 
+def range_breakdown(rows: pa.Table, dimension: str) -> pd.DataFrame:
+    """A range import's top rows of one dimension: value, visitors (events, for custom events)."""
+    figure = "events" if dimension == "event:name" else "visitors"
+    sums = imported.range_totals(dimension, rows)
+    frame = pd.DataFrame([{"value": v, figure: s[figure]} for v, s in sums.items()], columns=["value", figure])
+    return frame.sort_values([figure, "value"], ascending=[False, True]).head(ROWS).reset_index(drop=True)
+
+
 def draw(
     sources: Sources, site_id: str, start: dt.date, end: dt.date, days: Mapping[dt.date, Mapping[str, int]]
 ) -> None:
     """The imported history's section under the page's own tables (nothing when the range has none)."""
-    if not days:
+    ranges = imported.whole_ranges(start, end, sources.imported_ranges(site_id, start, end))
+    if not days and ranges.num_rows == 0:
         return
     st.subheader("Imported history")
+    if days:
+        _draw_days(sources, site_id, start, end, days)
+    if ranges.num_rows:
+        _draw_ranges(ranges)
+
+
+def _draw_ranges(ranges: pa.Table) -> None:
+    """Range imports (Umami's export: each value's figure over its whole range, no days)."""
+    spans = sorted({(r["first_date"], r["last_date"]) for r in ranges.select(["first_date", "last_date"]).to_pylist()})
+    st.caption(
+        "Imported ranges (tally import umami): "
+        + ", ".join(f"{a} to {b}" for a, b in spans)
+        + ". Umami's export holds each value's visitors over the whole range (custom events: their count), the"
+        " top 500, with no days: they are in no chart or figure above. Values are as Umami names them."
+    )
+    _grid(
+        (f"{title} (imported range)", label, f"imported-range-{dimension}", range_breakdown(ranges, dimension))
+        for title, dimension, label in TABLES
+        if dimension in imported.RANGE_TABLES
+    )
+
+
+def _draw_days(
+    sources: Sources, site_id: str, start: dt.date, end: dt.date, days: Mapping[dt.date, Mapping[str, int]]
+) -> None:
+    """Daily imports (Plausible's export): their tables over the range."""
     first, last = min(days), max(days)
     st.caption(
         f"Imported (tally import): {len(days)} days from {first} to {last}, before this site's own events."
@@ -74,9 +110,16 @@ def draw(
         " which count this site's own events. Visitors are each day's unique visitors added up. Leave it out"
         " with the sidebar's “Include imported history”."
     )
+    _grid(
+        (f"{title} (imported)", label, f"imported-{dimension}", breakdown(sources, site_id, start, end, dimension))
+        for title, dimension, label in TABLES
+    )
+
+
+def _grid(tables: Iterable[tuple[str, str, str, pd.DataFrame]]) -> None:
+    """Tables side by side: (title, the value column's label, the table's name, its rows)."""
     parts = []
-    for title, dimension, label in TABLES:
-        frame = breakdown(sources, site_id, start, end, dimension)
-        shown = frame.rename(columns={"value": label, **{c: c.capitalize() for c in frame.columns if c != "value"}})
-        parts.append(table_html(f"{title} (imported)", shown, f"imported-{dimension}"))
+    for title, label, key, frame in tables:
+        named = frame.rename(columns={"value": label, **{c: c.capitalize() for c in frame if c != "value"}})
+        parts.append(table_html(title, named, key))
     st.html(markup.block(markup.grid(parts)))

@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     annotate = add("annotate", run_annotate, "Note something on a site's day; shown on the time series and in the API.")
     add_annotate_arguments(annotate)
     imported = add(
-        "import", run_import, "Import a site's history from Plausible's CSV export; list and remove imports."
+        "import", run_import, "Import a site's history from Plausible's or Umami's export; list and remove imports."
     )
     add_import_arguments(imported)
     exported = add(

@@ -20,6 +20,7 @@ filters, time or comparison, and only a question whose dates hold its whole rang
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
 import pyarrow as pa
@@ -149,10 +150,7 @@ def range_part(query: Query, found: pa.Table) -> RangePart:
     wanted = range_plan(query)
     if not wanted.table:
         return RangePart(found.slice(0, 0), wanted.skip_reason, wanted.warning)
-    whole = pc.and_(
-        pc.greater_equal(found.column("first_date"), pa.scalar(query.start)),
-        pc.less_equal(found.column("last_date"), pa.scalar(query.end)),
-    )
+    whole = _within(found, query.start, query.end)
     rows = found.filter(pc.and_(whole, pc.equal(found.column("table_name"), wanted.table)))
     cut = found.filter(pc.invert(whole)).select(["first_date", "last_date"]).to_pylist()
     if not cut:
@@ -286,3 +284,22 @@ def totals(dimension: str | None, rows: pa.Table) -> dict[Any, dict[str, int]]:
     visitors, visits, pageviews, events, bounces and seconds, as the Stats API adds them."""
     table, column = DIMENSION_TABLES[dimension]
     return _imported_totals(Plan(table, column), rows)
+
+
+def whole_ranges(start: dt.date, end: dt.date, rows: pa.Table) -> pa.Table:
+    """The range imports' rows whose whole range lies within the dates (the ones an answer may add)."""
+    return rows.filter(_within(rows, start, end))
+
+
+def _within(rows: pa.Table, start: dt.date, end: dt.date) -> pa.ChunkedArray:
+    """Which range rows' ranges lie wholly within ``start`` to ``end``."""
+    return pc.and_(
+        pc.greater_equal(rows.column("first_date"), pa.scalar(start)),
+        pc.less_equal(rows.column("last_date"), pa.scalar(end)),
+    )
+
+
+def range_totals(dimension: str, rows: pa.Table) -> dict[Any, dict[str, int]]:
+    """A range import's rows of ``dimension``'s file summed by value: visitors, or events by event:name."""
+    table = RANGE_TABLES[dimension]
+    return _range_totals(rows.filter(pc.equal(rows.column("table_name"), table)))

@@ -28,7 +28,9 @@ from simulator.synthetic import synthetic_events
 from tally.plausible_export import TABLES
 from tally.settings import DashboardUser, Settings
 from tally.storage import append_rows
+from tests.support.import_commands import umami
 from tests.support.plausible_files import DAYS, FIRST, LAST, full_export, rows_of, write_zip
+from tests.support.umami_files import ROWS, export_files
 from tests.unit import markup_reader
 
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
@@ -153,3 +155,22 @@ def test_a_site_without_events_exports_files_without_rows(settings: Settings) ->
         assert all(len(made.read(n).splitlines()) == 1 for n in made.namelist())  # the header alone
     with zipfile.ZipFile(io.BytesIO(raw_zip(Sources(settings), site, day, day, "UTC"))) as made:
         assert made.namelist() == [f"raw_pageviews_{site}_20260301.parquet"]
+
+
+def test_a_umami_range_is_shown_in_tables_of_its_own_over_dates_that_hold_it(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = settings.sites[0].site_id
+    assert umami(capsys, write_zip(tmp_path / "umami.zip", export_files()), site)[0] == 0
+    app = page(settings, site, **{"from": "2023-12-01", "to": "2024-02-29"})
+    assert not app.exception
+    assert "Top pages (imported range)" in markup_reader.titles(app)
+    pages = markup_reader.tables(app)["imported-range-event:page"]
+    assert [(p, int(v)) for p, v in zip(pages["Page"], pages["Visitors"], strict=True)] == sorted(
+        ROWS["pages"], key=lambda r: -r[1]
+    )
+    events = markup_reader.tables(app)["imported-range-event:name"]
+    assert int(events.loc[events["Event"] == "signup", "Events"].iloc[0]) == dict(ROWS["events"])["signup"]
+    # Dates that cut the range do not show it: its figures are of the whole range.
+    cut = page(settings, site, **{"from": "2024-01-15", "to": "2024-02-29"})
+    assert "(imported range)" not in markup_reader.text(cut)

@@ -19,20 +19,13 @@ import pyarrow as pa
 import pytest
 
 from imports.plausible import read_export
-from ops.cli import main
 from tally.plausible_export import TABLES
 from tally.settings import Settings
 from tally.storage import append_rows, find_table
 from tally.table_schemas import RAW_PAGEVIEWS_SCHEMA
 from tally.tables import IMPORTED_DAILY, RAW_PAGEVIEWS
+from tests.support.import_commands import tally_import
 from tests.support.plausible_files import DAYS, FIRST, LAST, full_export, write_zip
-
-
-def tally_import(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as done:
-        main(["import", *args])
-    out = capsys.readouterr()
-    return int(done.value.code or 0), out.out, out.err
 
 
 def stored(settings: Settings, sql: str) -> list[tuple[Any, ...]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 import re
 import zipfile
 from pathlib import Path
@@ -21,74 +20,23 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
-from starlette.testclient import TestClient
 
-from api.app import create_app
-from api.keys import create_key
 from imports.archive import Limits
 from imports.umami import read_umami
-from ops.cli import main
 from tally.plausible_export import FormatError
 from tally.settings import Settings
 from tally.storage import append_rows, find_table
 from tally.table_schemas import RAW_PAGEVIEWS_SCHEMA
 from tally.tables import IMPORTED_DAILY, IMPORTED_RANGES, RAW_PAGEVIEWS
+from tests.support.import_commands import tally_import, umami
 from tests.support.plausible_files import full_export, write_zip
-
-FIRST, LAST = dt.date(2024, 1, 1), dt.date(2024, 1, 31)  # the range the export was asked for
-# Each file's rows as Umami's queries give them, most first: x the value, y its distinct sessions
-# (events.csv: the custom events of that name; an event without a name is written with x empty).
-ROWS: dict[str, list[tuple[str, int]]] = {
-    "events": [("signup", 42), ("download", 17), ("", 3)],
-    "pages": [("/", 120), ("/pricing", 45), ("/blog/a,b", 12), ('/say-"hi"', 2)],
-    "referrers": [("google.com", 60), ("news.ycombinator.com", 25)],
-    "browsers": [("chrome", 80), ("firefox", 30), ("edge-chromium", 10)],
-    "os": [("Windows 10", 50), ("Mac OS", 40), ("Android OS", 30)],
-    "devices": [("laptop", 55), ("mobile", 30), ("desktop", 25), ("tablet", 10)],
-    "countries": [("DE", 60), ("US", 50), ("FR", 10)],
-}
-
-
-def unparse(rows: list[tuple[str, int]]) -> str:
-    """``Papa.unparse(rows, {header: true, skipEmptyLines: true})`` of ``{x, y}`` rows."""
-
-    def cell(value: str | int) -> str:
-        text = str(value)
-        needs = any(c in text for c in ',"\r\n') or text != text.strip()
-        return '"' + text.replace('"', '""') + '"' if needs else text
-
-    if not rows:
-        return ""
-    return "\r\n".join(["x,y", *(f"{cell(x)},{cell(y)}" for x, y in rows)])
+from tests.support.umami_files import FIRST, LAST, ROWS, answer_of, export_files, unparse
 
 
 def test_the_files_are_written_as_papaparse_writes_them() -> None:
     # What papaparse 5.5.3 (Umami 3.1.0's) writes for these rows with the route's options, run by hand.
     assert unparse([("/a,b", 10), ("", 3)]) == 'x,y\r\n"/a,b",10\r\n,3'
     assert unparse([("Chrome", 5)]) == "x,y\r\nChrome,5" and unparse([]) == ""
-
-
-def export_files(rows: dict[str, list[tuple[str, int]]] = ROWS) -> dict[str, str | bytes]:
-    return {f"{name}.csv": unparse(r) for name, r in rows.items()}
-
-
-def answer_of(archive: Path, path: Path) -> Path:
-    """The export route's answer for the ZIP at ``archive``: ``{"zip": "<base64>"}``."""
-    path.write_text(json.dumps({"zip": base64.b64encode(archive.read_bytes()).decode()}))
-    return path
-
-
-def tally_import(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as done:
-        main(["import", *args])
-    out = capsys.readouterr()
-    return int(done.value.code or 0), out.out, out.err
-
-
-def umami(
-    capsys: pytest.CaptureFixture[str], path: Path, site: str, first: dt.date = FIRST, last: dt.date = LAST
-) -> Any:
-    return tally_import(capsys, "umami", str(path), "--site", site, "--from", str(first), "--to", str(last))
 
 
 def stored(settings: Settings, sql: str) -> list[tuple[Any, ...]]:
@@ -338,109 +286,3 @@ def test_an_answer_over_the_limits_and_a_zip_bomb_are_refused_before_they_are_un
 
 
 # The Stats API, through the query layer.
-
-
-@pytest.fixture
-def ask(settings: Settings, site: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Any:
-    assert umami(capsys, write_zip(tmp_path / "u.zip", export_files()), site)[0] == 0
-    now = dt.datetime.now(dt.UTC)
-    key, _ = create_key(settings, name="t", sites=(site,), now=now)
-    client = TestClient(create_app(settings))
-
-    def post(**body: Any) -> dict[str, Any]:
-        body = {"site_id": site, "date_range": ["2023-12-01", "2024-02-29"], "include": {"imports": True}, **body}
-        answer = client.post("/api/v2/query", json=body, headers={"Authorization": f"Bearer {key}"})
-        assert answer.status_code == 200, answer.text
-        found: dict[str, Any] = answer.json()
-        return found
-
-    return post
-
-
-def by_figure(rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
-    """The rows as the API answers a breakdown: most first, an empty value as (none)."""
-    ordered = sorted(rows, key=lambda r: -r[1])
-    return [{"dimensions": [x or "(none)"], "metrics": [y]} for x, y in ordered]
-
-
-@pytest.mark.parametrize(
-    ("dimension", "name"),
-    [
-        ("visit:browser", "browsers"),
-        ("visit:os", "os"),
-        ("visit:device", "devices"),
-        ("visit:country", "countries"),
-        ("event:page", "pages"),
-        ("visit:source", "referrers"),  # Umami's referrer domains, not sources' names
-    ],
-)
-def test_a_breakdown_whose_dates_hold_the_range_gets_its_visitors(ask: Any, dimension: str, name: str) -> None:
-    answer = ask(metrics=["visitors"], dimensions=[dimension])
-    assert answer["results"] == by_figure(ROWS[name])
-    assert answer["meta"]["imports_included"] is True and "imports_warning" not in answer["meta"]
-    visitors = answer["meta"]["metrics"]["visitors"]
-    assert visitors["exact"] is False and "Umami's sessions" in visitors["method"]
-
-
-def test_custom_events_give_their_count_and_not_visitors(ask: Any) -> None:
-    answer = ask(metrics=["events"], dimensions=["event:name"])
-    assert answer["results"] == by_figure(ROWS["events"])
-    visitors = ask(metrics=["visitors", "events"], dimensions=["event:name"])
-    assert visitors["meta"]["imports_skip_reason"] == "unsupported_query"
-    assert "has no visitors" in visitors["meta"]["imports_warning"]
-
-
-def test_dates_that_do_not_hold_the_whole_range_leave_it_out(ask: Any) -> None:
-    inside = ask(metrics=["visitors"], dimensions=["visit:browser"], date_range=["2024-01-10", "2024-02-29"])
-    assert inside["results"] == []
-    meta = inside["meta"]
-    assert meta["imports_included"] is False and meta["imports_skip_reason"] == "out_of_range"
-    assert "2024-01-01 to 2024-01-31" in meta["imports_warning"]
-    elsewhere = ask(metrics=["visitors"], dimensions=["visit:browser"], date_range=["2024-03-01", "2024-03-31"])
-    assert elsewhere["meta"]["imports_skip_reason"] == "no_imported_data"
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        {"metrics": ["visitors"], "dimensions": ["visit:browser"], "filters": [["is", "visit:country", ["DE"]]]},
-        {"metrics": ["visitors"], "dimensions": ["time:day"]},
-        {"metrics": ["visitors"]},
-        {"metrics": ["visitors", "visits"], "dimensions": ["visit:browser"]},
-        {"metrics": ["visitors"], "dimensions": ["visit:entry_page"]},
-        {
-            "metrics": ["visitors"],
-            "dimensions": ["visit:browser"],
-            "include": {"imports": True, "compare": "previous_period"},
-        },
-    ],
-    ids=["filter", "time", "totals", "visits", "entry-pages", "comparison"],
-)
-def test_a_question_a_range_cannot_answer_leaves_it_out_saying_why(ask: Any, body: dict[str, Any]) -> None:
-    answer = ask(**body)
-    meta = answer["meta"]
-    assert meta["imports_included"] is False and meta["imports_skip_reason"] == "unsupported_query", meta
-    assert meta["imports_warning"]
-    assert all(m == 0 or m is None for r in answer["results"] for m in r["metrics"] if not isinstance(m, dict))
-
-
-def test_a_ranges_figures_are_added_to_a_daily_imports_and_each_is_said(
-    ask: Any, site: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, _, err = tally_import(capsys, "plausible", str(write_zip(tmp_path / "p.zip", full_export())), "--site", site)
-    assert code == 0, err
-    # Plausible's browsers file: browser-n on 2024-03-0n, its visitors n (tests/support/plausible_files.py).
-    both = ask(metrics=["visitors"], dimensions=["visit:browser"], date_range=["2024-01-01", "2024-03-31"])
-    daily = [(f"browser-{n}", n) for n in (1, 2, 3)]
-    assert both["results"] == by_figure(ROWS["browsers"] + daily)
-    assert both["meta"]["imports_included"] is True
-    only_march = ask(metrics=["visitors"], dimensions=["visit:browser"], date_range=["2024-01-15", "2024-03-31"])
-    assert only_march["results"] == by_figure(daily)
-    assert (
-        only_march["meta"]["imports_included"] is True
-        and "left out: 2024-01-01 to 2024-01-31" in only_march["meta"]["imports_warning"]
-    )
-    totals = ask(metrics=["visitors"], date_range=["2024-01-01", "2024-03-31"])
-    assert totals["results"] == [{"dimensions": [], "metrics": [1 + 2 + 3]}], "Plausible's visitors table alone"
-    assert "no totals" in totals["meta"]["imports_warning"]
-    assert "Umami" not in totals["meta"]["metrics"]["visitors"]["method"]
