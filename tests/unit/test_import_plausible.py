@@ -274,3 +274,25 @@ def test_folders_and_a_zip_tools_own_files_in_the_archive_are_passed_over(tmp_pa
     export = read_export(path)
     assert set(export.tables) == set(TABLES) and export.rows == 30
     assert (export.first, export.last) == (FIRST, LAST)
+
+
+def test_an_import_interrupted_while_reading_stores_nothing(
+    settings: Settings, site: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import imports.plausible
+    from imports.plausible_csv import read_rows as read
+    calls: list[str] = []
+
+    def interrupted(name: str, *args: Any) -> Any:
+        calls.append(name)
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # Ctrl-C with four files read
+        return read(name, *args)
+
+    monkeypatch.setattr(imports.plausible, "read_rows", interrupted)
+    archive = write_zip(tmp_path / "plausible.zip", full_export())
+    code, out, _ = tally_import(capsys, "plausible", str(archive), "--site", site)
+    assert code == 130 and out.count(" rows") == 4  # progress up to the interruption
+    assert find_table(settings, IMPORTED_DAILY) is None  # nothing stored
+    monkeypatch.setattr(imports.plausible, "read_rows", read)
+    assert tally_import(capsys, "plausible", str(archive), "--site", site)[0] == 0  # and it imports whole after
