@@ -203,6 +203,7 @@ _SITE = {
         "client_pageviews_per_hour": {"type": "integer", "minimum": 0, "default": 0},
         "honour_opt_out": {"type": "boolean", "default": False},
         "timezone": {"type": "string", "default": "UTC", "example": "Europe/Berlin"},
+        "embed_origins": {"type": "array", "items": {"type": "string"}, "example": ["https://www.example.com"]},
     },
 }
 
