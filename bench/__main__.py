@@ -24,6 +24,7 @@ from bench import (
     dashboard_browser,
     drilldown,
     hll,
+    import_export,
     ingest,
     jvm_start,
     precision,
@@ -225,6 +226,16 @@ BENCHMARKS.append(
         variants=visits_operator.CANDIDATES,
         note=visits_operator.NOTE,
     ),
+)
+BENCHMARKS.append(
+    Benchmark(
+        "import",
+        import_export.TITLE,
+        import_export.measure,
+        f"{PY} bench.import_export",
+        runs=1,
+        note=import_export.NOTE,
+    )
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 ON_REQUEST = {"soak", "backfill-floor"}  # not part of a plain `make bench`

@@ -115,14 +115,14 @@ def _stored(
         "file_digest": export.digest,
         "imported_at": now,
     }
-    columns = []
+    columns: list[pa.Array | pa.ChunkedArray] = []
     for field in IMPORTED_DAILY_SCHEMA:
         if field.name in given:
-            columns.append(pa.array([given[field.name]] * n, field.type))
+            columns.append(pa.repeat(pa.scalar(given[field.name], field.type), n))
         elif field.name in kept.column_names:
             columns.append(kept.column(field.name).cast(field.type))
         else:
-            columns.append(pa.array(["" if pa.types.is_string(field.type) else 0] * n, field.type))
+            columns.append(pa.repeat(pa.scalar("" if pa.types.is_string(field.type) else 0, field.type), n))
     return pa.Table.from_arrays(columns, schema=IMPORTED_DAILY_SCHEMA)
 
 

@@ -38,9 +38,10 @@ class TableQuery:
 
 
 def _session(m: dict[str, Any]) -> dict[str, int]:
-    # A row with events but no visit begun in it (a day a visit from the day before runs into) has no visit sums.
+    # A row has only the figures that found something: events but no visit begun in it (a day a visit
+    # from the day before runs into) has no visit sums, a visit's row without its events none of theirs.
     return {
-        "visitors": m["visitors"],
+        "visitors": m.get("visitors", 0),
         "visits": m.get("visits", 0),
         "visit_duration": round(m.get("duration_ms", 0) / 1000),
         "bounces": m.get("bounces", 0),
@@ -57,15 +58,15 @@ def _exits(m: dict[str, Any]) -> dict[str, int]:
 
 
 def _days(m: dict[str, Any]) -> dict[str, int]:
-    return {**_session(m), "pageviews": m["pageviews"]}  # the day's page views, as Plausible counts them
+    return {**_session(m), "pageviews": m.get("pageviews", 0)}  # the day's page views, as Plausible counts them
 
 
 def _pages(m: dict[str, Any]) -> dict[str, int]:
-    return {"visits": m.get("visits", 0), "visitors": m["visitors"], "pageviews": m["pageviews"]}
+    return {"visits": m.get("visits", 0), "visitors": m.get("visitors", 0), "pageviews": m.get("pageviews", 0)}
 
 
 def _events(m: dict[str, Any]) -> dict[str, int]:
-    return {"visitors": m["visitors"], "events": m["events"]}
+    return {"visitors": m.get("visitors", 0), "events": m.get("events", 0)}
 
 
 QUERIES: dict[str, TableQuery] = {

@@ -281,6 +281,7 @@ def test_an_import_interrupted_while_reading_stores_nothing(
 ) -> None:
     import imports.plausible
     from imports.plausible_csv import read_rows as read
+
     calls: list[str] = []
 
     def interrupted(name: str, *args: Any) -> Any:
