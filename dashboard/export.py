@@ -75,7 +75,7 @@ def sidebar_exports(sources: Sources, site_id: str, start: dt.date, end: dt.date
 
 def plausible_zip(sources: Sources, site_id: str, start: dt.date, end: dt.date, timezone: str) -> bytes:
     """Plausible's export of the range (:mod:`query.export`); before any event, its ten files without rows."""
-    exact = sources.exact(site_id)
+    exact = sources.exact(site_id, prepared=True)
     out = io.BytesIO()
     no_rows: Iterator[tuple[str, list[dict[str, Any]]]] = ((name, []) for name in TABLES)
     rows = export.export_rows(exact, site_id, start, end, timezone) if exact is not None else no_rows

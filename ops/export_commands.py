@@ -63,7 +63,7 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     if args.raw:
         return _export_raw(args, settings, site.site_id, site.timezone, start, end)
     out: Path = args.out or Path(f"{site.site_id.replace('.', '_')}_{dt.date.today():%Y%m%d}.zip")
-    exact = Sources(settings).exact(site.site_id)
+    exact = Sources(settings).exact(site.site_id, prepared=True)  # the range sessionised once for all ten
     if exact is None:
         print(NO_EVENTS, file=sys.stderr)
         return EXIT_USAGE

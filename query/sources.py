@@ -128,14 +128,17 @@ class Sources:
         raw = functools.partial(self.raw, site_id, Range(start, end), {})  # opened only for custom properties
         return ZonedReport(self.aggregates, site_id, LocalDays(start, end, timezone), raw, still_open)
 
-    def exact(self, site_id: str) -> ExactQuery | None:
-        """Any query over the site's raw events, exact; None before the archiver has written anything."""
+    def exact(self, site_id: str, *, prepared: bool = False) -> ExactQuery | None:
+        """Any query over the site's raw events, exact; None before the archiver has written anything.
+        ``prepared``: the questions of one range read and sessionise its events once, a copy kept in
+        this process (:class:`query.scans.PreparedScan`; an export asks ten questions of one range)."""
         found = self.raw_snapshot(shared=False)
         if found is None:
             return None
         site = next((s for s in self.settings.sites if s.site_id == site_id), None)
         goals = tuple(Step.parse(g) for g in site.goals) if site is not None else ()
-        return ExactQuery(found[0], site_id, session_gap_ms(self.settings), goals)
+        snapshot = found[1] if prepared else None
+        return ExactQuery(found[0], site_id, session_gap_ms(self.settings), goals, snapshot=snapshot)
 
     def imported(self, site_id: str, start: dt.date, end: dt.date, table: str) -> pa.Table:
         """The site's imported rows of one export table over its local dates (none before any import)."""
