@@ -128,3 +128,13 @@ def slow_server() -> Iterator[int]:
     yield port_box[0]
     loop.call_soon_threadsafe(stop.set)
     thread.join(10)
+
+
+@pytest.fixture
+def dashboard_cookies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page reads its session cookie from :data:`tests.unit.dashboard_page.BROWSER`, empty at the test's start."""
+    import dashboard.login
+    from tests.unit.dashboard_page import BROWSER
+
+    BROWSER.clear()
+    monkeypatch.setattr(dashboard.login, "session_cookie", lambda: BROWSER.get("cookie"))

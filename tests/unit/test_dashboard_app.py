@@ -3,47 +3,25 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import dashboard.login
 from dashboard.auth import write_file_users
 from dashboard.controls import FILTERS_OPEN, GOALS_OPEN
 from dashboard.page import ANNOTATE_OPEN
 from dashboard.passwords import hash_password
-from dashboard.sessions import Sessions
 from dashboard.top_tables import TOP_TAB_KEY
 from quality.quarantine import record_statuses
 from tally.annotations import load_annotations
 from tally.quarantine import PartitionStatus
 from tally.settings import DashboardUser, Settings
 from tests.unit import markup_reader
+from tests.unit.dashboard_page import APP, logged_in
 from tests.unit.fragment_reruns import rerun_fragments_alone
 
-APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
-
-
-@pytest.fixture(autouse=True)
-def browser_cookies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The page reads its session cookie from :data:`BROWSER`, empty at each test's start."""
-    BROWSER.clear()
-    monkeypatch.setattr(dashboard.login, "session_cookie", lambda: BROWSER.get("cookie"))
-
-
-BROWSER: dict[str, str] = {}  # the cookies the page's browser sends (st.context.cookies in a real one)
-
-
-def logged_in(settings: Settings, sites: tuple[str, ...] = ("*",)) -> AppTest:
-    """The app with a logged-in user granted ``sites`` (a session as the login route leaves it)."""
-    user = DashboardUser("ana", hash_password("correct horse", n=settings.dashboard.password_scrypt_n), sites)
-    write_file_users(settings, [user])
-    sessions = Sessions(settings)
-    BROWSER["cookie"] = sessions.cookie_value(sessions.create(user, now=time.time()))
-    return AppTest.from_file(APP, default_timeout=60)
+pytestmark = pytest.mark.usefixtures("dashboard_cookies")
 
 
 def test_an_anonymous_visitor_gets_the_login_form_and_no_figures(settings: Settings) -> None:
@@ -231,6 +209,7 @@ def test_a_page_whose_raw_events_do_not_fit_in_memory_says_what_to_do_instead_of
     import duckdb
 
     import dashboard.live
+    import dashboard.login
     import dashboard.questions
 
     def too_many(*_: object) -> None:
@@ -247,6 +226,7 @@ def test_a_refresh_of_the_live_figures_asks_the_gate_then_the_page_reports_again
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import dashboard.live
+    import dashboard.login
     import dashboard.questions
 
     gate: list[bool] = []

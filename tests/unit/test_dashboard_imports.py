@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import time
 import zipfile
 from pathlib import Path
 
@@ -17,38 +16,20 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import dashboard.login
-from dashboard.auth import write_file_users
 from dashboard.export import EXPORT_OPEN, plausible_zip, raw_zip
-from dashboard.passwords import hash_password
-from dashboard.sessions import Sessions
 from ops.cli import main
 from query.sources import Sources
 from simulator.synthetic import synthetic_events
 from tally.plausible_export import TABLES
-from tally.settings import DashboardUser, Settings
+from tally.settings import Settings
 from tally.storage import append_rows
 from tests.support.import_commands import umami
 from tests.support.plausible_files import DAYS, FIRST, LAST, full_export, rows_of, write_zip
 from tests.support.umami_files import ROWS, export_files
 from tests.unit import markup_reader
+from tests.unit.dashboard_page import logged_in
 
-APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
-BROWSER: dict[str, str] = {}
-
-
-@pytest.fixture(autouse=True)
-def browser_cookies(monkeypatch: pytest.MonkeyPatch) -> None:
-    BROWSER.clear()
-    monkeypatch.setattr(dashboard.login, "session_cookie", lambda: BROWSER.get("cookie"))
-
-
-def logged_in(settings: Settings) -> AppTest:
-    user = DashboardUser("ana", hash_password("correct horse", n=settings.dashboard.password_scrypt_n), ("*",))
-    write_file_users(settings, [user])
-    sessions = Sessions(settings)
-    BROWSER["cookie"] = sessions.cookie_value(sessions.create(user, now=time.time()))
-    return AppTest.from_file(APP, default_timeout=60)
+pytestmark = pytest.mark.usefixtures("dashboard_cookies")
 
 
 @pytest.fixture

@@ -4,31 +4,25 @@ page with Streamlit's AppTest over an agg.vitals_1h table written here with delt
 from __future__ import annotations
 
 import datetime as dt
-import time
 from html import escape
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
-from streamlit.testing.v1 import AppTest
 
-import dashboard.login
-from dashboard.auth import write_file_users
-from dashboard.passwords import hash_password
-from dashboard.sessions import Sessions
 from dashboard.vitals_panel import VITALS_TAB_KEY, VitalsShown, breakdown, caption, code_span, p75_text, shares_frame
 from query.vitals import BandCounts, VitalFigures
-from tally.settings import DashboardUser, Settings
+from tally.settings import Settings
 from tally.sketches import digest_from_values, sketch_from_ids
 from tally.tables import TRAFFIC_1D, VITALS_1H
 from tally.vitals import BANDS, VITALS, VITALS_BY_NAME
 from tests.unit import markup_reader
+from tests.unit.dashboard_page import logged_in
 
-APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
+pytestmark = pytest.mark.usefixtures("dashboard_cookies")
+
 SITE = "demo.tally.local"
-BROWSER: dict[str, str] = {}
 
 
 def figures(value: str, measured: int = 10, depth: tuple[int, int] = (0, 0)) -> VitalFigures:
@@ -69,21 +63,6 @@ def test_the_caption_says_the_p75_is_an_approximate_t_digest_with_its_bound_unle
 def test_scroll_depths_are_whole_percents_of_the_pages_that_sent_one() -> None:
     shown = VitalsShown(False, figures(""), [figures("/a", depth=(101, 2)), figures("/b")], [])
     assert shown.scroll_depths() == {"/a": 50}
-
-
-@pytest.fixture(autouse=True)
-def browser_cookies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The page reads its session cookie from :data:`BROWSER`, empty at each test's start."""
-    BROWSER.clear()
-    monkeypatch.setattr(dashboard.login, "session_cookie", lambda: BROWSER.get("cookie"))
-
-
-def logged_in(settings: Settings) -> AppTest:
-    user = DashboardUser("ana", hash_password("correct horse", n=settings.dashboard.password_scrypt_n), ("*",))
-    write_file_users(settings, [user])
-    sessions = Sessions(settings)
-    BROWSER["cookie"] = sessions.cookie_value(sessions.create(user, now=time.time()))
-    return AppTest.from_file(APP, default_timeout=60)
 
 
 def vitals_row(hour: dt.datetime, dimension: str, value: str, lcps: list[int], depths: list[int]) -> dict[str, Any]:

@@ -14,7 +14,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pytest
 
@@ -24,16 +23,8 @@ from tally.settings import Settings
 from tally.storage import append_rows, find_table
 from tally.table_schemas import RAW_PAGEVIEWS_SCHEMA
 from tally.tables import IMPORTED_DAILY, RAW_PAGEVIEWS
-from tests.support.import_commands import tally_import
+from tests.support.import_commands import stored, tally_import
 from tests.support.plausible_files import DAYS, FIRST, LAST, full_export, write_zip
-
-
-def stored(settings: Settings, sql: str) -> list[tuple[Any, ...]]:
-    table = find_table(settings, IMPORTED_DAILY)
-    if table is None:
-        return []
-    imported = table.to_pyarrow_dataset().to_table()  # noqa: F841 (DuckDB reads it by name)
-    return duckdb.sql(sql.replace("imported.daily", "imported")).fetchall()
 
 
 @pytest.fixture

@@ -15,9 +15,7 @@ import datetime as dt
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pytest
 
@@ -28,7 +26,7 @@ from tally.settings import Settings
 from tally.storage import append_rows, find_table
 from tally.table_schemas import RAW_PAGEVIEWS_SCHEMA
 from tally.tables import IMPORTED_DAILY, IMPORTED_RANGES, RAW_PAGEVIEWS
-from tests.support.import_commands import tally_import, umami
+from tests.support.import_commands import stored, tally_import, umami
 from tests.support.plausible_files import full_export, write_zip
 from tests.support.umami_files import FIRST, LAST, ROWS, answer_of, export_files, unparse
 
@@ -37,14 +35,6 @@ def test_the_files_are_written_as_papaparse_writes_them() -> None:
     # What papaparse 5.5.3 (Umami 3.1.0's) writes for these rows with the route's options, run by hand.
     assert unparse([("/a,b", 10), ("", 3)]) == 'x,y\r\n"/a,b",10\r\n,3'
     assert unparse([("Chrome", 5)]) == "x,y\r\nChrome,5" and unparse([]) == ""
-
-
-def stored(settings: Settings, sql: str) -> list[tuple[Any, ...]]:
-    table = find_table(settings, IMPORTED_RANGES)
-    if table is None:
-        return []
-    ranges = table.to_pyarrow_dataset().to_table()  # noqa: F841 (DuckDB reads it by name)
-    return duckdb.sql(sql.replace("imported.ranges", "ranges")).fetchall()
 
 
 @pytest.fixture
