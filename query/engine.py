@@ -141,7 +141,8 @@ def _with_imports(query: Query, sources: Sources) -> tuple[list[dict[str, Any]],
         rows, source = _rows(query, sources)
         return rows, source, imported.imports_meta(found, False, ranges), ""
     rows, source = _rows(imported.native_query(query), sources)
-    daily = sources.imported(query.site_id, query.start, query.end, found.table)
+    found_rows = sources.imported(query.site_id, query.start, query.end, found.table)
+    daily = imported.filtered_rows(query.filters, found.table, found_rows)
     rows, _ = imported.combined(query, found, rows, daily, ranges.rows)
     return rows, source, imported.imports_meta(found, daily.num_rows > 0, ranges), imported.visitors_method(ranges)
 

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from query.spec import Query
+from query.spec import Filter, Query
 from tally.dimensions import NONE_VALUE
 from tally.sketches import Estimate
 from tally.umami_export import EVENTS_FILE
@@ -101,8 +101,6 @@ class Plan:
 
 def plan(query: Query) -> Plan:
     """The export table that answers ``query``'s imported part, or the reason none can."""
-    if query.filters:
-        return Plan(skip_reason=UNSUPPORTED, warning="imported history answers questions without filters")
     asked = query.dimensions[0] if query.dimensions else None
     if len(query.dimensions) > 1 or asked not in DIMENSION_TABLES:
         names = ", ".join(d for d in DIMENSION_TABLES if d)
@@ -110,12 +108,94 @@ def plan(query: Query) -> Plan:
     if query.compare is not None or query.between is not None:
         return Plan(skip_reason=UNSUPPORTED, warning="imported history answers whole days without a comparison")
     table, column = DIMENSION_TABLES[asked]
+    if query.filters:
+        filtered, why = filter_table(query.filters, table if asked not in (None, "time", "time:day") else None)
+        if filtered is None:
+            return Plan(skip_reason=UNSUPPORTED, warning=why)
+        table = filtered
     missing = [m for m in query.metrics if m not in TABLE_METRICS[table]]
     if missing:
         answered = ", ".join(TABLE_METRICS[table])
         warning = f"imported {table} rows have no {', '.join(missing)} (they answer {answered})"
         return Plan(skip_reason=UNSUPPORTED, warning=warning)
     return Plan(table, column)
+
+
+# The API dimensions each export table holds, as a filter reads them, and the table's column.
+FILTER_COLUMNS: dict[str, dict[str, str]] = {
+    "sources": {
+        "visit:source": "source",
+        "visit:referrer": "referrer",
+        **{f"visit:utm_{part}": f"utm_{part}" for part in ("source", "medium", "campaign", "content", "term")},
+    },
+    "pages": {"event:hostname": "hostname", "event:page": "page"},
+    "entry_pages": {"visit:entry_page": "entry_page"},
+    "exit_pages": {"visit:exit_page": "exit_page"},
+    "custom_events": {"event:name": "name"},
+    "locations": {"visit:country": "country", "visit:region": "region"},
+    "devices": {"visit:device": "device"},
+    "browsers": {"visit:browser": "browser"},
+    "operating_systems": {"visit:os": "operating_system"},
+}
+
+
+def filter_table(filters: tuple[Filter, ...], table: str | None) -> tuple[str | None, str]:
+    """The export table whose rows the filters can be applied to: ``table`` (the breakdown's), or
+    without a breakdown the one table that holds every dimension they name; else None and why not."""
+    named = sorted({leaf.dimension for f in filters for leaf in _leaves(f)})
+    holding = [t for t, columns in FILTER_COLUMNS.items() if all(d in columns for d in named)]
+    if table is not None and table in holding:
+        return table, ""
+    if table is None and holding:
+        return holding[0], ""
+    where = f"imported {table} rows do not" if table is not None else "no one imported table does"
+    return None, f"{where} hold every dimension the filters name ({', '.join(named)})"
+
+
+def _leaves(f: Filter) -> list[Filter]:
+    return [leaf for child in f.children for leaf in _leaves(child)] if f.op in ("and", "or", "not") else [f]
+
+
+def filtered_rows(filters: tuple[Filter, ...], table: str, rows: pa.Table) -> pa.Table:
+    """The export table's rows the filters keep, matched as the log's events are (:mod:`query.exact`:
+    an unknown value, the export's "", is "(none)"; ``matches`` is RE2, as DuckDB's)."""
+    if not filters or rows.num_rows == 0:
+        return rows
+    keep = _mask(filters[0], table, rows)
+    for more in filters[1:]:
+        keep = pc.and_(keep, _mask(more, table, rows))
+    return rows.filter(keep)
+
+
+def _mask(f: Filter, table: str, rows: pa.Table) -> pa.ChunkedArray:
+    if f.op in ("and", "or"):
+        masks = [_mask(c, table, rows) for c in f.children]
+        combine = pc.and_ if f.op == "and" else pc.or_
+        found = masks[0]
+        for m in masks[1:]:
+            found = combine(found, m)
+        return found
+    if f.op == "not":
+        return pc.invert(_mask(f.children[0], table, rows))
+    column = rows.column(FILTER_COLUMNS[table][f.dimension])
+    value = pc.if_else(pc.or_kleene(pc.is_null(column), pc.equal(column, "")), NONE_VALUE, column)
+    op = f.op.removesuffix("_not")
+    ignore = not f.case_sensitive
+    hits = [_matching(value, op, v, ignore) for v in f.values] or [pc.equal(value, value)]
+    found = hits[0]
+    for h in hits[1:]:
+        found = pc.or_(found, h)
+    return pc.invert(found) if f.op.endswith("_not") else found
+
+
+def _matching(value: pa.ChunkedArray, op: str, pattern: str, ignore_case: bool) -> pa.ChunkedArray:
+    if op == "matches":
+        return pc.match_substring_regex(value, pattern, ignore_case=ignore_case)
+    if op == "contains":
+        return pc.match_substring(value, pattern, ignore_case=ignore_case)
+    if ignore_case:
+        return pc.equal(pc.utf8_lower(value), pattern.lower())
+    return pc.equal(value, pattern)
 
 
 def range_plan(query: Query) -> Plan:
