@@ -540,7 +540,8 @@ def measure(
 
 TITLE = "Import and export: a Plausible export of 3 years × 1,000 pages a day, side by side with DuckDB"
 NOTE = (
-    "One run (about 4 minutes on an idle machine, most of it Tally's export). Import: a seeded Plausible export ZIP of 1,096 days,"
+    "One run (about 4 minutes on an idle machine, most of it Tally's export). Import: a seeded Plausible export"
+    " ZIP of 1,096 days,"
     " 1,000 pages a day in imported_pages and plausible sizes for the nine other tables (1.87M rows, stored"
     " uncompressed as Plausible's), imported as `tally import plausible` does (read_export, then add_import into"
     " a fresh site and warehouse) and read by DuckDB (read_csv with the same column types into tables in memory,"
