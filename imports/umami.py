@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from imports.archive import Limits, entries
+from imports.archive import Limits, entries, file_digest
 from imports.csv_cells import BOM, MAX_VALUE_CHARS, utf8_text, whole_number_problem
 from tally.plausible_export import FormatError
 from tally.umami_export import FILES, HEADER
@@ -57,7 +57,7 @@ def read_umami(
     """Every file of Umami's export at ``path`` (a ZIP, or the route's JSON answer), checked;
     ``progress(file, rows)`` after each file."""
     content = None if zipfile.is_zipfile(path) else _zip_of_answer(path, limits)
-    digest = hashlib.sha256(content if content is not None else path.read_bytes()).hexdigest()
+    digest = hashlib.sha256(content).hexdigest() if content is not None else file_digest(path)  # a ZIP in chunks
     tables: dict[str, pa.Table] = {}
     for entry in entries(path, limits, content=content):
         where = f"{path.name}: {entry.name}"
