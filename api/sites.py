@@ -17,6 +17,7 @@ Errors: 401 no or a bad key, 403 a key that is not an admin key, 400 a bad site 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -27,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 
 from api.answering import Answering, Refused
 from api.keys import ApiKey
+from tally.changes import API, record_site_change
 from tally.log import kv
 from tally.settings import Settings, SettingsError, SiteSettings
 from tally.site_registry import SiteChange, SiteRegistry, new_site, site_json
@@ -90,14 +92,18 @@ class SiteAdmin:
         sites = [site_json(s) | {"origin": self.registry.origin(s.site_id)} for s in self.registry.sites()]
         return {"sites": sites, "removed": list(self.registry.removed())}
 
-    def write(self, change: SiteChange) -> None:
-        """Append a change's record (acks=all), then apply it here at once: this process reads its own write."""
+    def write(self, change: SiteChange, *, by: ApiKey | None = None) -> None:
+        """Append a change's record (acks=all), then apply it here at once: this process reads its own
+        write; the audit trail names the key (``by``) that made it."""
+        before = self.registry.get(change.site_id)
         try:
             write_site_record(self.settings.kafka, change.site_id, change_record(change), timeout=WRITE_TIMEOUT_S)
         except SiteWriteFailed as e:
             raise Refused(503, f"Kafka did not store the change ({e}); retry later") from e
         self.registry.apply_change(change)
         self.refresh()
+        actor = f"api key {by.key_id} ({by.name})" if by is not None else "api"
+        record_site_change(self.settings, actor=actor, via=API, before=before, after=change.site)
 
 
 def _site_of(body: Any, site_id: str | None = None) -> SiteSettings:
@@ -151,7 +157,7 @@ async def sites_endpoint(request: Request) -> Response:
             raise Refused(
                 409, f"site {site.site_id} is configured already; PUT /api/v1/sites/{site.site_id} changes it"
             )
-        await asyncio.to_thread(admin.write, SiteChange(site.site_id, site, _now_ms()))
+        await asyncio.to_thread(functools.partial(admin.write, by=key), SiteChange(site.site_id, site, _now_ms()))
         log.info("site added", extra=kv(site=site.site_id, key=key.key_id))
         return JSONResponse(site_json(site), status_code=201)
     except Refused as refused:
@@ -166,11 +172,11 @@ async def site_endpoint(request: Request) -> Response:
         if request.method == "DELETE":
             if admin.registry.get(site_id) is None:
                 raise Refused(404, f"no site {site_id!r} is configured; GET /api/v1/sites lists them")
-            await asyncio.to_thread(admin.write, SiteChange(site_id, None, _now_ms()))
+            await asyncio.to_thread(functools.partial(admin.write, by=key), SiteChange(site_id, None, _now_ms()))
             log.info("site removed", extra=kv(site=site_id, key=key.key_id))
             return JSONResponse({"removed": site_id})
         site = _site_of(await _body(request), site_id)
-        await asyncio.to_thread(admin.write, SiteChange(site_id, site, _now_ms()))
+        await asyncio.to_thread(functools.partial(admin.write, by=key), SiteChange(site_id, site, _now_ms()))
         log.info("site written", extra=kv(site=site_id, key=key.key_id))
         return JSONResponse(site_json(site))
     except Refused as refused:

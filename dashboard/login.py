@@ -38,7 +38,8 @@ from dashboard.auth import (
 )
 from dashboard.forms import login_form, logout_form
 from dashboard.sessions import COOKIE_NAME, Sessions
-from dashboard.share_links import AccessDenied, ShareLinks, share_url
+from dashboard.share_links import AccessDenied, ShareLinks, record_share_link, share_url
+from tally.changes import DASHBOARD
 from tally.settings import DashboardUser, Settings, SettingsError
 
 __all__ = ["check_site", "effective_query", "logout_button", "require_viewer", "still_allowed", "visible_sites"]
@@ -217,6 +218,7 @@ def share_view_button(viewer: Viewer, settings: Settings, view: Mapping[str, str
         link, token = ShareLinks(settings).create(
             site=site, view=effective_query(viewer, view), days=days, creator=viewer.name, now=time.time()
         )
+        record_share_link(settings, link, actor=viewer.name, via=DASHBOARD)
         base = st.context.url or f"http://{settings.dashboard.host}:{settings.dashboard.port}"
         st.sidebar.code(share_url(base, token), language=None)
         st.sidebar.caption(f"Link {link.link_id}; revoke it with `tally share revoke {link.link_id}`.")

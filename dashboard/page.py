@@ -13,9 +13,10 @@ import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
+import pandas as pd
 import streamlit as st
 
-from dashboard import health, imported_history, panels, top_tables, vitals_panel
+from dashboard import health, imported_history, markup, panels, top_tables, vitals_panel
 from dashboard.answers import EVERY_TABLE, AnswerCache, Asker
 from dashboard.controls import sidebar
 from dashboard.export import sidebar_exports
@@ -27,6 +28,7 @@ from query.aggregates import Aggregates, Totals
 from query.site_time import local_time, local_today
 from query.sources import Sources
 from tally.annotations import MAX_TEXT, AnnotationError, add_annotation
+from tally.changes import load_changes
 from tally.log import kv
 from tally.quarantine import PartitionStatus
 from tally.settings import Settings, load_settings
@@ -232,6 +234,42 @@ def draw_panels(
             breakdowns_in=lambda draw: in_fragment("vitals_breakdowns", run.run_id, allowed, draw),
         )
         panels.data_health(settings, asked.data_health, every_site=every_site)
+        if every_site and not read_only:
+            settings_changes(settings, view.site)
+
+
+CHANGES_OPEN = "changes_open"  # the settings changes' expander (its state key)
+CHANGES_SHOWN = 100  # the newest, in the expander
+
+
+def settings_changes(settings: Settings, site_id: str) -> None:
+    """Who changed which setting of this site (and of every site) when: the audit trail
+    (:mod:`tally.changes`), for users granted every site; read only when the expander is open."""
+    box = st.expander("Settings changes (audit trail)", key=CHANGES_OPEN, on_change="rerun")
+    if not box.open:
+        return
+    found = load_changes(settings, site_ids=(site_id,))[-CHANGES_SHOWN:][::-1]
+    if not found:
+        box.caption(
+            "No change recorded yet for this site. `tally site`, `tally user`, `tally apikey`, `tally share`,"
+            " the Stats API's admin endpoint and this page's share links record theirs."
+        )
+        return
+    rows = pd.DataFrame(
+        [
+            {
+                "When (UTC)": c.at,
+                "Who": c.actor,
+                "How": c.via,
+                "Site": c.site_id,
+                "Change": f"{c.subject} {c.action}",
+                "What": c.detail,
+            }
+            for c in found
+        ]
+    )
+    box.html(markup.block(markup.table(rows, name="settings-changes")))
+    box.caption(f"The newest {len(found)}, newest first; all of them with `tally changes --site {site_id}`.")
 
 
 ANNOTATE_OPEN = "annotate_open"  # the annotation form's expander (its state key)

@@ -31,6 +31,7 @@ from urllib.parse import parse_qsl, urlencode
 from dashboard.auth import load_users, state_dir, state_lock, viewer_for_user
 from dashboard.passwords import b64_url, unb64_url
 from dashboard.view import QUERY_KEYS, from_query, to_query
+from tally.changes import record_change
 from tally.private_files import write_private
 from tally.settings import Settings, SettingsError
 
@@ -266,3 +267,17 @@ def share_url(base_url: str, token: str) -> str:
 
 def describe_view(view: Mapping[str, Any]) -> str:
     return urlencode({k: v for k, v in view.items() if k != "site"}, safe="/") or "(default view)"
+
+
+def record_share_link(settings: Settings, link: ShareLink, *, actor: str, via: str) -> None:
+    """A new link in the audit trail (:mod:`tally.changes`): its id, view, expiry and whose access it lends."""
+    record_change(
+        settings,
+        actor=actor,
+        via=via,
+        site_id=link.site,
+        subject="share link",
+        action="create",
+        detail=f"link {link.link_id}: {describe_view(link.view)}, until {_utc(link.expires_at)},"
+        f" lends {link.creator}'s access",
+    )

@@ -28,9 +28,10 @@ from dashboard.auth import (
 )
 from dashboard.passwords import hash_password, verify_password
 from dashboard.sessions import end_user_sessions
-from dashboard.share_links import ShareLinks, describe_view, parse_view, share_url
+from dashboard.share_links import ShareLinks, describe_view, parse_view, record_share_link, share_url
 from ops.actions import Handler, actions
 from ops.site_commands import with_sites_named
+from tally.changes import COMMAND_LINE, command_line_actor, record_change, record_for_sites
 from tally.private_files import write_private
 from tally.settings import DashboardUser, Settings
 
@@ -117,6 +118,15 @@ def run_user_add(args: argparse.Namespace, settings: Settings) -> int:
         if args.name == ADMIN:  # the first-run password no longer works: do not keep it around
             admin_password_path(settings).unlink(missing_ok=True)
     ended = end_user_sessions(settings, args.name)  # a new password (or new sites): log in again
+    record_for_sites(
+        settings,
+        sites,
+        actor=command_line_actor(),
+        via=COMMAND_LINE,
+        subject="user",
+        action="change" if args.replace else "add",
+        detail=f"{args.name}: sites {','.join(sites)}" + (f", e-mail {args.email}" if args.email else ""),
+    )
     print(f"user {args.name} saved; sites: {', '.join(sites)}" + (f"; {ended} open session(s) ended" if ended else ""))
     return EXIT_OK
 
@@ -146,6 +156,16 @@ def run_user_remove(args: argparse.Namespace, settings: Settings) -> int:
         write_file_users(settings, [u for u in users if u.name != args.name])
         if args.name == ADMIN:
             admin_password_path(settings).unlink(missing_ok=True)
+    removed = next(u for u in users if u.name == args.name)
+    record_for_sites(
+        settings,
+        removed.sites,
+        actor=command_line_actor(),
+        via=COMMAND_LINE,
+        subject="user",
+        action="remove",
+        detail=f"{args.name} (had sites {','.join(removed.sites)})",
+    )
     ended = end_user_sessions(settings, args.name)
     print(f"user {args.name} removed" + (f"; {ended} open session(s) ended" if ended else ""))
     now = time.time()
@@ -206,6 +226,7 @@ def run_share_create(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as e:
         return _fail(f"tally share create: {e}")
     expires = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(link.expires_at))
+    record_share_link(settings, link, actor=command_line_actor(), via=COMMAND_LINE)
     print(f"share link {link.link_id}: {link.site}, {describe_view(link.view)}, read-only, expires {expires}")
     print(f"revoke it with: tally share revoke {link.link_id}")
     print(share_url(args.base_url or dashboard_url(settings), token))
@@ -232,6 +253,15 @@ def run_share_revoke(args: argparse.Namespace, settings: Settings) -> int:
     revoked = ShareLinks(settings).revoke(args.link_id, now=time.time())
     if revoked is None:
         return _fail(f"no share link {args.link_id!r} (see `tally share list`)", EXIT_NOT_FOUND)
+    record_change(
+        settings,
+        actor=command_line_actor(),
+        via=COMMAND_LINE,
+        site_id=revoked.site,
+        subject="share link",
+        action="revoke",
+        detail=f"link {revoked.link_id} (made by {revoked.creator})",
+    )
     print(f"share link {revoked.link_id} ({revoked.site}) revoked")
     return EXIT_OK
 

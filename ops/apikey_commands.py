@@ -9,6 +9,7 @@ import sys
 
 from api.keys import EVERY_SITE, ApiKeyError, create_key, load_keys, revoke_key
 from ops.site_commands import SiteCommandError, current_sites
+from tally.changes import COMMAND_LINE, command_line_actor, record_for_sites
 from tally.settings import Settings
 
 EXIT_USAGE = 2
@@ -65,6 +66,16 @@ def run_create(args: argparse.Namespace, settings: Settings) -> int:
     except SiteCommandError as e:
         print(f"tally apikey create: {e}", file=sys.stderr)
         return e.code
+    what = f"{'admin ' if record.admin else ''}key {record.key_id} ({record.name})"
+    record_for_sites(
+        settings,
+        record.sites,
+        actor=command_line_actor(),
+        via=COMMAND_LINE,
+        subject="api key",
+        action="create",
+        detail=f"{what}, sites {','.join(record.sites) or '-'}",
+    )
     print(key)
     scope = ", ".join(record.sites) or "no site"
     print(
@@ -96,5 +107,14 @@ def run_revoke(args: argparse.Namespace, settings: Settings) -> int:
     except ApiKeyError as e:
         print(f"tally apikey revoke: {e}", file=sys.stderr)
         return EXIT_USAGE
+    record_for_sites(
+        settings,
+        record.sites,
+        actor=command_line_actor(),
+        via=COMMAND_LINE,
+        subject="api key",
+        action="revoke",
+        detail=f"key {record.key_id} ({record.name})",
+    )
     print(f"revoked key {record.key_id} ({record.name}); requests with it now get 401")
     return 0

@@ -12,6 +12,7 @@ from ops.access_commands import add_share_arguments, add_user_arguments, dashboa
 from ops.annotate_commands import add_annotate_arguments, run_annotate
 from ops.apikey_commands import add_apikey_arguments, run_apikey
 from ops.bootstrap import setup
+from ops.changes_commands import add_changes_arguments, run_changes
 from ops.export_commands import add_export_arguments, run_export
 from ops.import_commands import add_import_arguments, run_import
 from ops.job_commands import add_backfill_arguments, cmd_backfill
@@ -285,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_user_arguments(user)
     share = add("share", run_share, "Create, list and revoke signed, expiring, read-only dashboard share links.")
     add_share_arguments(share)
+    changes = add("changes", run_changes, "Show who changed which setting of which site, when (the audit trail).")
+    add_changes_arguments(changes)
     report = add("report", run_report, "Send the scheduled reports of notify.reports (e-mail, webhook), once each.")
     add_report_arguments(report)
     alerts = add("alerts", run_alerts, "Check the alert rules of notify.alerts and send new alerts; list incidents.")

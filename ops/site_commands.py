@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from ops import broker
+from tally.changes import COMMAND_LINE, command_line_actor, record_site_change
 from tally.salt_periods import SALT_PERIODS
 from tally.settings import Settings, SettingsError, SiteSettings
 from tally.site_registry import SiteRegistry, encode_removal, encode_site, new_site, site_json
@@ -119,6 +120,9 @@ def add_site(settings: Settings, site: SiteSettings, *, replace: bool = False) -
             "(every option not given goes back to its default)"
         )
     write_record(settings, site.site_id, encode_site(site, at_ms=int(time.time() * 1000)))
+    record_site_change(
+        settings, actor=command_line_actor(), via=COMMAND_LINE, before=registry.get(site.site_id), after=site
+    )
     return "changed" if exists else "added"
 
 
@@ -130,6 +134,7 @@ def remove_site(settings: Settings, site_id: str) -> SiteSettings:
         known = ", ".join(s.site_id for s in registry.sites()) or "none"
         raise SiteCommandError(f"no site {site_id!r} is configured (configured: {known}); `tally site list` shows them")
     write_record(settings, site_id, encode_removal(at_ms=int(time.time() * 1000)))
+    record_site_change(settings, actor=command_line_actor(), via=COMMAND_LINE, before=site, after=None)
     return site
 
 

@@ -170,7 +170,7 @@ def test_an_admin_key_adds_and_removes_a_site_through_the_stats_api_and_both_ing
     from starlette.testclient import TestClient
 
     from api.app import create_app
-    from api.keys import create_key
+    from api.keys import create_key, load_keys
 
     now = dt.datetime.now(dt.UTC)
     admin_key, _ = create_key(settings, name="site admin", sites=(), now=now, admin=True)
@@ -198,6 +198,9 @@ def test_an_admin_key_adds_and_removes_a_site_through_the_stats_api_and_both_ing
         assert api.delete(f"/api/v1/sites/{site}", headers=admin).status_code == 404
         wait_for(lambda: every_answer(ingests, site, 403), FOLLOW_S, f"both ingests to refuse {site}")
         assert site in api.get("/api/v1/sites", headers=admin).json()["removed"]
+    trail = tally("changes", "--site", site).stdout  # the audit trail names the key that did each
+    admin_id = next(k.key_id for k in load_keys(settings).values() if k.name == "site admin")
+    assert trail.count(f"api key {admin_id}") == 2 and "site add: domains: " in trail and "site remove" in trail
 
 
 def test_the_dashboard_s_sites_follow_tally_site_add_and_remove(settings: Settings, kafka: str) -> None:
@@ -249,6 +252,8 @@ def test_mcp_and_the_alerts_know_a_site_added_at_runtime(settings: Settings, kaf
     assert listed == {"sites": [{"site_id": site, "domains": [site]}]}
     assert answered is not None and answered["results"] == [{"metrics": [0], "dimensions": []}]
 
+    trail = tally("changes", "--site", site).stdout
+    assert "command line" in trail and f"site add: domains: {site}" in trail
     checked = tally("alerts", "check", "--dry-run")  # every site's rules, the runtime one's too
     assert checked.returncode == 0, checked.stderr
     assert site in checked.stdout

@@ -5,7 +5,7 @@ import pytest
 
 from ops.cli import build_parser
 
-COMMANDS = ["setup", "up", "down", "status", "traffic", "apikey", "site", "mcp", "import", "export"]
+COMMANDS = ["setup", "up", "down", "status", "traffic", "apikey", "site", "mcp", "import", "export", "changes"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
