@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from tally.settings import Settings, SiteSettings
-from tally.storage import arrow_dataset, find_table
+from tally.storage import arrow_dataset, find_table, text_is
 from tally.tables import IMPORTED_DAILY, IMPORTED_RANGES, RAW_PAGEVIEWS
 
 _KEYS = ["import_id", "site_id", "origin", "file_name", "file_digest", "imported_at"]
@@ -93,7 +92,7 @@ def first_native_day(settings: Settings, site_id: str, timezone: str) -> dt.date
     table = find_table(settings, RAW_PAGEVIEWS)
     if table is None:
         return None
-    times = arrow_dataset(table).to_table(columns=["event_time"], filter=ds.field("site_id") == site_id)
+    times = arrow_dataset(table).to_table(columns=["event_time"], filter=text_is("site_id", site_id))
     first_ms = pc.min(times.column("event_time")).as_py() if times.num_rows else None  # epoch milliseconds
     if first_ms is None:
         return None
@@ -105,7 +104,7 @@ def read(settings: Settings, name: str, columns: list[str], site_id: str | None)
     table = find_table(settings, name)
     if table is None:
         return None
-    where = ds.field("site_id") == site_id if site_id is not None else None
+    where = text_is("site_id", site_id) if site_id is not None else None
     return arrow_dataset(table).to_table(columns=columns, filter=where)
 
 

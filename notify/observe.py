@@ -16,7 +16,7 @@ from notify.health import quarantined_of
 from query.aggregates import Aggregates, Range
 from query.freshness import newest_event, newest_window_end
 from tally.settings import AlertRuleSettings, Settings
-from tally.storage import find_table
+from tally.storage import find_table, text_is
 from tally.tables import RAW_REJECTED, TRAFFIC_1H
 
 HOUR = dt.timedelta(hours=1)
@@ -65,7 +65,7 @@ def site_figures(
     this_hour = now.replace(minute=0, second=0, microsecond=0)
     last_hour = this_hour - HOUR
     days = Range((this_hour - dt.timedelta(days=rules.usual_history_days + 1)).date(), now.date())
-    rows = agg.rows(TRAFFIC_1H.table, site, days, ["window_start", "pageviews"], pc.field("dimension") == "all")
+    rows = agg.rows(TRAFFIC_1H.table, site, days, ["window_start", "pageviews"], text_is("dimension", "all"))
     hourly = pd.Series(rows["pageviews"].to_numpy(), index=pd.to_datetime(rows["window_start"], utc=True))
     hourly = hourly.groupby(level=0).sum()
     return SiteFigures(

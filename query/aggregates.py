@@ -27,7 +27,7 @@ from tally.dimensions import ALL, AUDIENCE_DIMENSIONS, NONE_VALUE, VISIT_DIMENSI
 from tally.props import MAX_KEYS_PER_DAY, MAX_VALUES_PER_KEY, OTHER_VALUE
 from tally.settings import Settings
 from tally.sketches import Estimate, digest_quantiles, merge_digests, union_estimate
-from tally.storage import arrow_dataset, open_table
+from tally.storage import arrow_dataset, open_table, text_is
 from tally.tables import ACTIVE_5M, PROPS_1D, TRAFFIC_1D, TRAFFIC_BY_GRAIN, VISITS_1D, VISITS_BY_GRAIN
 
 T = TypeVar("T")
@@ -163,9 +163,7 @@ class Aggregates:
             return pd.DataFrame(columns=columns)
         version, dataset = found
         condition = (
-            (pc.field("site_id") == site_id)
-            & (pc.field("event_date") >= days.start)
-            & (pc.field("event_date") <= days.end)
+            text_is("site_id", site_id) & (pc.field("event_date") >= days.start) & (pc.field("event_date") <= days.end)
         )
         if where is not None:
             condition = condition & where
@@ -177,12 +175,12 @@ class Aggregates:
         """agg.traffic_<grain> rows of one dimension ('all' = the site total)."""
         columns = ["window_start", "value", "pageviews", "events", "visitors_sketch"]
         columns += ["engagement_ms_digest", "load_ms_digest"] if dimension == "all" else []
-        return self.rows(TRAFFIC_BY_GRAIN[grain].table, site_id, days, columns, pc.field("dimension") == dimension)
+        return self.rows(TRAFFIC_BY_GRAIN[grain].table, site_id, days, columns, text_is("dimension", dimension))
 
     def visits(self, site_id: str, days: Range, dimension: str, grain: str = "day") -> pd.DataFrame:
         """agg.visits_<grain> rows of one dimension ('all', 'entry_page', 'exit_page', 'source', …)."""
         columns = ["window_start", "value", "visits", "bounces", "duration_ms", "pageviews"]
-        return self.rows(VISITS_BY_GRAIN[grain].table, site_id, days, columns, pc.field("dimension") == dimension)
+        return self.rows(VISITS_BY_GRAIN[grain].table, site_id, days, columns, text_is("dimension", dimension))
 
 
 def _quantiles(digests: pd.Series) -> tuple[float, ...] | None:
@@ -260,7 +258,7 @@ def top_visits_of(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
 
 def dimension_values(agg: Aggregates, site_id: str, days: Range, dimension: str, limit: int = 200) -> list[str]:
     """The most viewed values of a dimension (for the filter pickers)."""
-    rows = agg.rows(TRAFFIC_1D.table, site_id, days, ["value", "pageviews"], pc.field("dimension") == dimension)
+    rows = agg.rows(TRAFFIC_1D.table, site_id, days, ["value", "pageviews"], text_is("dimension", dimension))
     ranked = rows.groupby("value")["pageviews"].sum().sort_values(ascending=False)
     return [str(v) for v in ranked.head(limit).index]
 
@@ -287,7 +285,7 @@ def goal_visitors(agg: Aggregates, site_id: str, days: Range, step: Step) -> Est
         site_id,
         days,
         ["visitors_sketch"],
-        (pc.field("dimension") == dimension) & (pc.field("value") == step.value),
+        text_is("dimension", dimension) & text_is("value", step.value),
     )
     return union_estimate(rows["visitors_sketch"])
 
@@ -333,9 +331,9 @@ def props(
     every_key = agg.rows(PROPS_1D.table, site_id, days, ["event_date", "key", "events"])
     kept = kept_keys(every_key) if not every_key.empty else every_key
     kept_days = kept.loc[kept["key"] == key, "event_date"].tolist()
-    where = pc.field("key") == key
+    where = text_is("key", key)
     if name is not None:
-        where = where & (pc.field("name") == name)
+        where = where & text_is("name", name)
     rows = agg.rows(
         PROPS_1D.table, site_id, days, ["event_date", "name", "key", "value", "events", "visitors_sketch"], where
     )

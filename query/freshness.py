@@ -13,13 +13,14 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from query.aggregates import Aggregates, Range
+from tally.storage import text_is
 from tally.tables import RAW_PAGEVIEWS, TRAFFIC_1M
 
 
 def newest_window_end(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetime | None:
     """The end of the site's newest ``agg.traffic_1m`` window today or yesterday, or None."""
     days = Range(today - dt.timedelta(days=1), today)
-    rows = agg.rows(TRAFFIC_1M.table, site_id, days, ["window_end"], pc.field("dimension") == "all")
+    rows = agg.rows(TRAFFIC_1M.table, site_id, days, ["window_end"], text_is("dimension", "all"))
     if rows.empty:
         return None
     newest: dt.datetime = pd.to_datetime(rows["window_end"], utc=True).max().to_pydatetime()
@@ -35,7 +36,7 @@ def newest_event(agg: Aggregates, site_id: str, today: dt.date) -> dt.datetime |
     condition = (
         (pc.field("event_date") >= today - dt.timedelta(days=1))
         & (pc.field("event_date") <= today)
-        & (pc.field("site_id") == site_id)
+        & text_is("site_id", site_id)
         & ~pc.field("is_bot")
     )
     times = dataset.to_table(columns=["event_time"], filter=condition).column("event_time")
@@ -52,7 +53,7 @@ def bot_events(agg: Aggregates, site_id: str, days: Range) -> int:
     condition = (
         (pc.field("event_date") >= days.start)
         & (pc.field("event_date") <= days.end)
-        & (pc.field("site_id") == site_id)
+        & text_is("site_id", site_id)
         & pc.field("is_bot")
     )
     return int(dataset.count_rows(filter=condition))

@@ -40,6 +40,7 @@ from query.aggregates import SESSION_COLUMNS, Range
 from query.raw_events import VISIT_ATTRIBUTES, open_events, visits_sql
 from tally.dimensions import AUDIENCE_DIMENSIONS
 from tally.settings import Settings
+from tally.storage import text_is
 
 COLUMNS = SESSION_COLUMNS
 # The raw columns a visit is made of: its key, its events' kinds and pages, its first event's attributes.
@@ -172,8 +173,8 @@ def _stream_reached(minutes: ds.Dataset | None, site_id: str, first: dt.date, la
     condition = (
         (pc.field("event_date") >= first)
         & (pc.field("event_date") <= last)
-        & (pc.field("site_id") == site_id)
-        & (pc.field("dimension") == "all")
+        & text_is("site_id", site_id)
+        & text_is("dimension", "all")
     )
     starts = minutes.to_table(columns=["window_start"], filter=condition).column("window_start")
     newest = pc.max(starts).as_py() if len(starts) else None
@@ -188,7 +189,7 @@ def _closed_ids(events: ds.Dataset | None, site_id: str, since: int) -> pa.Table
     start = dt.datetime.fromtimestamp(since / 1000, dt.UTC)
     condition = (
         (pc.field("event_date") >= start.date() - dt.timedelta(days=1))
-        & (pc.field("site_id") == site_id)
+        & text_is("site_id", site_id)
         & (pc.field("event_ts") >= pa.scalar(start, pa.timestamp("us", tz="UTC")))
     )
     return events.to_table(columns=["event_id"], filter=condition)

@@ -23,6 +23,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from query.site_time import DAY, local_midnight
+from tally.storage import text_is
 from tally.table_schemas import RAW_PAGEVIEWS_SCHEMA
 
 # Kept out of the export: the archiver's place in Kafka, and the rate limit's hash of the client's address.
@@ -47,7 +48,7 @@ def day_events(raw: ds.Dataset, site_id: str, day: dt.date, timezone: str) -> pa
     begin, end = local_midnight(day, timezone), local_midnight(day + dt.timedelta(days=1), timezone)
     stored = (begin - DAY).date(), (end + DAY).date()  # event_date is the UTC day: every one the local day touches
     where = (
-        (ds.field("site_id") == site_id)
+        text_is("site_id", site_id)
         & (ds.field("event_date") >= pa.scalar(stored[0], pa.date32()))
         & (ds.field("event_date") <= pa.scalar(stored[1], pa.date32()))
         & (ds.field("event_time") >= int(begin.timestamp() * 1000))

@@ -31,7 +31,7 @@ from query.vitals import AggregateVitals, ExactVitals
 from query.zoned import ZonedReport, ZonedVitals
 from tally.salt_periods import visitors_meaning
 from tally.settings import Settings
-from tally.storage import arrow_dataset, find_table
+from tally.storage import arrow_dataset, find_table, text_is
 from tally.table_schemas import IMPORTED_DAILY_SCHEMA, IMPORTED_RANGES_SCHEMA
 from tally.tables import EVENTS, IMPORTED_DAILY, IMPORTED_RANGES, RAW_PAGEVIEWS, TRAFFIC_1M
 
@@ -146,8 +146,8 @@ class Sources:
         if found is None:
             return IMPORTED_DAILY_SCHEMA.empty_table()
         where = (
-            (ds.field("site_id") == site_id)
-            & (ds.field("table_name") == table)
+            text_is("site_id", site_id)
+            & text_is("table_name", table)
             & (ds.field("date") >= start)
             & (ds.field("date") <= end)
         )
@@ -158,7 +158,7 @@ class Sources:
         found = find_table(self.settings, IMPORTED_RANGES)
         if found is None:
             return IMPORTED_RANGES_SCHEMA.empty_table()
-        where = (ds.field("site_id") == site_id) & (ds.field("first_date") <= end) & (ds.field("last_date") >= start)
+        where = text_is("site_id", site_id) & (ds.field("first_date") <= end) & (ds.field("last_date") >= start)
         return arrow_dataset(found).to_table(filter=where)
 
     def visitors_meaning(self, site_id: str, start: dt.date, end: dt.date) -> str:

@@ -26,7 +26,6 @@ from typing import Any, Protocol
 
 import duckdb
 import pandas as pd
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from query.aggregates import Aggregates, Range
@@ -47,6 +46,7 @@ from query.spec import (
 )
 from tally.dimensions import ALL, NONE_VALUE
 from tally.sketches import digest_quantiles, merge_digests
+from tally.storage import text_is
 from tally.tables import VITALS_1H
 from tally.vitals import (
     BANDS,
@@ -160,7 +160,7 @@ class AggregateVitals:
         columns = ["value", MEASURED_COLUMN, SCROLL_SUM_COLUMN, SCROLL_COUNT_COLUMN]
         for v in VITALS:
             columns += [v.digest_column, *(v.band_column(b) for b in BANDS)]
-        rows = self.agg.rows(VITALS_1H.table, self.site_id, self.days, columns, pc.field("dimension") == dimension)
+        rows = self.agg.rows(VITALS_1H.table, self.site_id, self.days, columns, text_is("dimension", dimension))
         return figures_from_rows(rows)
 
 

@@ -48,6 +48,7 @@ from query.site_time import Interval, LocalDays, Pieces, bucket, buckets, series
 from query.vitals import VitalFigures, figures_from_rows
 from tally.dimensions import ALL, VISIT_DIMENSIONS
 from tally.sketches import Estimate, union_estimate
+from tally.storage import text_is
 from tally.tables import SESSIONS, TRAFFIC_BY_GRAIN, VISITS_BY_GRAIN, VITALS_1H
 from tally.vitals import BANDS, MEASURED_COLUMN, SCROLL_COUNT_COLUMN, SCROLL_SUM_COLUMN, VITALS
 
@@ -89,9 +90,9 @@ class ZonedReport:
     def traffic(self, dimension: str, *, series_grain: str | None = None, value: str | None = None) -> pd.DataFrame:
         """``agg.traffic_*`` rows of one dimension whose windows make up the range (days, hours, minutes)."""
         pieces = self._pieces(series_grain=series_grain)
-        where = pc.field("dimension") == dimension
+        where = text_is("dimension", dimension)
         if value is not None:
-            where = where & (pc.field("value") == value)
+            where = where & text_is("value", value)
         frames = []
         if pieces.days is not None:
             frames.append(self._read(TRAFFIC_BY_GRAIN["day"].table, dimension, Range(*pieces.days), where))
@@ -104,7 +105,7 @@ class ZonedReport:
     def visits(self, dimension: str, *, series_grain: str | None = None) -> pd.DataFrame:
         """Visit rows (``agg.visits_*``, and ``agg.sessions`` for the minutes at sub-hour edges) of one dimension."""
         pieces = self._pieces(series_grain=series_grain)
-        where = pc.field("dimension") == dimension
+        where = text_is("dimension", dimension)
         frames = []
         if pieces.days is not None:
             frames.append(
@@ -210,7 +211,7 @@ class ZonedVitals:
         columns = ["value", MEASURED_COLUMN, SCROLL_SUM_COLUMN, SCROLL_COUNT_COLUMN]
         for v in VITALS:
             columns += [v.digest_column, *(v.band_column(b) for b in BANDS)]
-        where = (pc.field("dimension") == dimension) & _within(self.days.instants)
+        where = text_is("dimension", dimension) & _within(self.days.instants)
         rows = self.agg.rows(VITALS_1H.table, self.site_id, Range(*self.days.utc_dates), columns, where)
         return figures_from_rows(rows)
 

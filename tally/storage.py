@@ -135,3 +135,13 @@ def retry_on_conflict(action: Callable[[], T], *, attempts: int = 5) -> T:
                 raise
             time.sleep(0.2 * 2**attempt)
     raise AssertionError("unreachable")
+
+
+def text_is(column: str, value: str) -> ds.Expression:
+    """The filter ``column == value`` on a text column of a Delta table read as an Arrow dataset.
+
+    The files delta-rs rewrites (a DELETE of ``tally forget`` or ``tally import remove``, a MERGE, the
+    archiver's compaction) store text as ``string_view``, which pyarrow cannot compare with a
+    string ("no kernel matching input types (string, string_view)"); cast, both compare. (Filters
+    that only pick fragments, by partition values and statistics, need no cast.)"""
+    return ds.field(column).cast(pa.string()) == value
